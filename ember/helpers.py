@@ -1,0 +1,122 @@
+"""Small shared helpers and the environment flags (DEBUG, ...), each defined once here.
+
+`Context(DEBUG=2)` sets flags for a block or a function, as a context manager or a decorator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+    """The environment variable `key` converted to the type of `default`."""
+    return type(default)(os.getenv(key, default))
+
+
+class ContextVar:
+    """A named flag with a value from the environment that `Context` can override for a while."""
+
+    registry: dict[str, ContextVar] = {}
+
+    def __init__(self, key: str, default: int) -> None:
+        assert key not in ContextVar.registry, f"flag {key} defined twice"
+        self.key, self.value = key, getenv(key, default)
+        ContextVar.registry[key] = self
+
+    def __bool__(self) -> bool: return bool(self.value)
+    def __ge__(self, other: int) -> bool: return self.value >= other
+    def __gt__(self, other: int) -> bool: return self.value > other
+    def __lt__(self, other: int) -> bool: return self.value < other
+    def __le__(self, other: int) -> bool: return self.value <= other
+    def __repr__(self) -> str: return f"{self.key}={self.value}"
+
+
+DEBUG = ContextVar("DEBUG", 0)  # 1: kernels and times, 2: + schedule, 3: + opts, 4: + source, 5: + uops, 6: + rewrites
+SPEC = ContextVar("SPEC", 0)  # check every stage's output against ember/uop/spec.py
+TRACK_REWRITES = ContextVar("TRACK_REWRITES", 0)  # record every rule firing (rule, before, after)
+NOOPT = ContextVar("NOOPT", 0)  # skip the optimizer's heuristics
+CACHELEVEL = ContextVar("CACHELEVEL", 1)  # 0 disables the on-disk compile cache
+
+
+class Context(contextlib.ContextDecorator):
+    """Set flags temporarily: `with Context(DEBUG=2): ...` or `@Context(DEBUG=2)`."""
+
+    def __init__(self, **flags: int) -> None:
+        unknown = [k for k in flags if k not in ContextVar.registry]
+        if unknown: raise KeyError(f"Context: unknown flags {unknown}; known: {sorted(ContextVar.registry)}")
+        self.flags = flags
+        self.saved: dict[str, int] = {}
+
+    def __enter__(self) -> Context:
+        for k, v in self.flags.items():
+            self.saved[k], ContextVar.registry[k].value = ContextVar.registry[k].value, v
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.saved.items(): ContextVar.registry[k].value = v
+
+
+def prod(xs: Iterable[int]) -> int:
+    return math.prod(xs)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+    """The items of `xs` without repeats, in first-seen order."""
+    return list(dict.fromkeys(xs))
+
+
+def all_same(xs: Sequence[object]) -> bool:
+    return all(x == xs[0] for x in xs)
+
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+    return [x for xs in xss for x in xs]
+
+
+def argsort(xs: Sequence[Any]) -> list[int]:
+    return sorted(range(len(xs)), key=xs.__getitem__)
+
+
+def strides_for_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major (C order) element strides of `shape`."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def cache_dir() -> str:
+    """Where ember keeps compiled kernels: $EMBER_CACHE, else $XDG_CACHE_HOME/ember, else ~/.cache/ember."""
+    base = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.getenv("EMBER_CACHE") or os.path.join(base, "ember")
+
+
+@contextlib.contextmanager
+def timed(out: list[float]) -> Iterator[None]:
+    """Append the seconds the block took to `out`."""
+    start = time.perf_counter()
+    yield
+    out.append(time.perf_counter() - start)
+
+
+def colored(text: str, color: str) -> str:
+    codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "gray": 90}
+    return f"\033[{codes[color]}m{text}\033[0m" if os.isatty(1) else text
+
+
+def to_function_name(text: str) -> str:
+    """A C identifier made from `text`."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in text)
+
+
+Fn = Callable[..., Any]

@@ -1,0 +1,110 @@
+"""The reference semantics of ALU ops on Python scalars, and an interpreter for scalar UOp graphs.
+
+Constant folding calls `exec_alu`, so folded constants mean what the rendered C means: integer division truncates
+toward zero, `%` takes the sign of the dividend, fixed-width integers wrap, floats round to their width.
+Tests use `evaluate` as the oracle for rewrites: a rewrite is right when the value at every point is unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Mapping
+
+from ember.dtype import DType, dtypes, truncate
+from ember.uop.ops import ConstType, Ops, UOp, c_idiv
+
+
+def c_mod(a: int, b: int) -> int:
+    """a % b with the sign of a (C). b must not be 0."""
+    return a - b * c_idiv(a, b)
+
+
+def _fdiv(a: float, b: float) -> float:
+    if b != 0: return a / b
+    if a == 0 or math.isnan(a): return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _log(x: float, log: Callable[[float], float]) -> float:
+    if math.isnan(x) or x < 0: return math.nan
+    if x == 0: return -math.inf
+    return log(x)
+
+
+def _exp(x: float, base: float) -> float:
+    try:
+        return math.exp(x) if base == math.e else 2.0 ** x
+    except OverflowError:
+        return math.inf
+
+
+def _max(a: ConstType, b: ConstType) -> ConstType:
+    if isinstance(a, float) and math.isnan(a): return a
+    if isinstance(b, float) and math.isnan(b): return b
+    return max(a, b)
+
+
+def _sin(x: float) -> float: return math.nan if math.isinf(x) else math.sin(x)
+def _sqrt(x: float) -> float: return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
+def _trunc(x: float) -> float: return x if not math.isfinite(x) else float(math.trunc(x))
+
+
+def _pow(a: float, b: float) -> float:
+    try:
+        return math.pow(a, b)
+    except (OverflowError, ValueError):
+        if a < 0 and not float(b).is_integer(): return math.nan
+        return math.inf if abs(a) > 1 or a == 0 else 0.0
+
+
+def _bitcast(x: ConstType, src: DType, dst: DType) -> ConstType:
+    assert src.fmt is not None and dst.fmt is not None, f"bitcast {src} -> {dst} has no struct format"
+    return struct.unpack(dst.fmt, struct.pack(src.fmt, x))[0]
+
+
+_PYTHON_ALU: dict[Ops, Callable[..., ConstType]] = {
+    Ops.NEG: lambda x: -x, Ops.EXP: lambda x: _exp(x, math.e), Ops.EXP2: lambda x: _exp(x, 2.0),
+    Ops.LOG: lambda x: _log(x, math.log), Ops.LOG2: lambda x: _log(x, math.log2), Ops.SIN: _sin, Ops.SQRT: _sqrt,
+    Ops.RECIPROCAL: lambda x: _fdiv(1.0, x), Ops.TRUNC: _trunc,
+    Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _fdiv,
+    Ops.IDIV: c_idiv, Ops.MOD: c_mod, Ops.MAX: _max, Ops.POW: _pow,
+    Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
+    Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
+    Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
+    Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtype: DType | None = None) -> ConstType:
+    """The value of `op` on Python scalars, as the device computes it in `dtype`.
+
+    Raises ZeroDivisionError for integer division or modulo by zero (undefined in C: never folded).
+    """
+    if op is Ops.CAST:
+        x = operands[0]
+        if dtype.is_int and isinstance(x, float) and not math.isfinite(x): return 0
+        return truncate(x if not dtype.is_bool else x != 0, dtype)
+    if op is Ops.BITCAST: return _bitcast(operands[0], src_dtype or dtype, dtype)
+    if dtype.is_float and op in (Ops.FDIV, Ops.RECIPROCAL, Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT):
+        operands = tuple(float(x) for x in operands)
+    if op in (Ops.IDIV, Ops.MOD) and operands[1] == 0: raise ZeroDivisionError(f"{op.name} by zero")
+    if op in (Ops.SHL, Ops.SHR) and not 0 <= operands[1] < 8 * dtype.itemsize:
+        raise ZeroDivisionError(f"{op.name} by {operands[1]} bits is undefined for {dtype}")
+    return truncate(_PYTHON_ALU[op](*operands), dtype)
+
+
+def evaluate(root: UOp, values: Mapping[UOp, ConstType] | None = None) -> ConstType:
+    """The value of a scalar expression graph with DEFINE_VARs (or RANGEs) set from `values`."""
+    env: dict[UOp, ConstType] = dict(values or {})
+    for u in root.toposort():
+        if u in env: continue
+        if u.op is Ops.CONST: env[u] = u.arg
+        elif u.op in (Ops.DEFINE_VAR, Ops.RANGE): raise KeyError(f"evaluate: no value for {u.render()}")
+        else: env[u] = exec_alu(u.op, u.dtype, tuple(env[s] for s in u.src), u.src[0].dtype if u.src else None)
+    return env[root]
+
+
+def value_of(x: ConstType, dtype: DType) -> ConstType:
+    """`x` as the Python type that holds `dtype` values (bool, int or float)."""
+    return bool(x) if dtype is dtypes.bool else int(x) if dtype.is_int else float(x)
