@@ -217,14 +217,16 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
     # ---- inspection ----------------------------------------------------------------------------------------------
 
-    def toposort(self) -> dict[UOp, None]:
-        """Every node reachable from self, sources before users, as an ordered dict (iterative: no depth limit)."""
+    def toposort(self, descend: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+        """Every node reachable from self, sources before users, as an ordered dict (iterative: no depth limit).
+
+        `descend(node)` False keeps the node but not what lies below it."""
         order: dict[UOp, None] = {}
         stack: list[tuple[UOp, bool]] = [(self, False)]
         while stack:
             node, expanded = stack.pop()
             if node in order: continue
-            if expanded:
+            if expanded or (descend is not None and not descend(node)):
                 order[node] = None
                 continue
             stack.append((node, True))
@@ -341,6 +343,7 @@ def _compute_ranges(u: UOp) -> dict[UOp, None]:
 
 def _compute_shape(u: UOp) -> tuple[int, ...]:
     if u.op is Ops.BUFFER: return (u.arg.size,)
+    if u.op is Ops.DEFINE_GLOBAL: return (u.dtype.size,)
     if u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
     if u.op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
     src = u.src[0]._shape if u.src else ()  # type: ignore[attr-defined]  # filled by _bottom_up before us

@@ -1,0 +1,9 @@
+"""ember: a small tensor compiler. Lazy tensors in, fused kernels out."""
+
+from ember.device import Device
+from ember.dtype import DType, dtypes
+from ember.engine.realize import GlobalCounters
+from ember.helpers import Context, getenv
+from ember.tensor import Tensor
+
+__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "GlobalCounters", "getenv"]

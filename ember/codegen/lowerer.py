@@ -1,0 +1,72 @@
+"""Lower REDUCE to an accumulator loop and close every loop with END. Runs after optimize, before linearize.
+
+Before: `REDUCE(v, *ranges)` values; STOREs inside output RANGEs that nothing closes.
+After:  no REDUCE. Each became a register: set to the identity where the reduction starts, updated inside its ranges,
+        read after the END that closes them. Every RANGE is closed by exactly one END, innermost first:
+
+    REDUCE(x[r1], r1, arg=ADD)
+    -> acc = DEFINE_REG; init = STORE(acc[0], 0)
+       END(STORE(acc.after(init, r1)[0], acc.after(init, r1)[0] + x[r1]), r1) ... LOAD(acc.after(END)[0])
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from ember.dtype import AddrSpace, DType, dtypes
+from ember.uop.ops import Ops, UOp
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
+
+
+def reduce_identity(op: Ops, dtype: DType) -> UOp:
+    """The value a reduction starts from: 0 for ADD, 1 for MUL, the smallest value for MAX."""
+    if op is Ops.ADD: return UOp.const(dtype, 0)
+    if op is Ops.MUL: return UOp.const(dtype, 1)
+    assert op is Ops.MAX, f"no identity for reduction {op}"
+    return UOp.const(dtype, dtype.min)
+
+
+@dataclass
+class LowerContext:
+    """Numbers the registers of a kernel."""
+
+    registers: itertools.count = field(default_factory=itertools.count)
+
+
+def end_ranges(value: UOp, ranges: tuple[UOp, ...]) -> UOp:
+    """`value` with every range in `ranges` closed after it, the innermost (largest axis) first."""
+    for rng in sorted(ranges, key=lambda r: r.arg.axis, reverse=True): value = UOp(Ops.END, dtypes.void, (value, rng))
+    return value
+
+
+def lower_reduce(ctx: LowerContext, red: UOp) -> UOp:
+    """REDUCE(value, *ranges) -> an accumulator register set, updated in the loops, and read after them."""
+    value, ranges, op = red.src[0], red.src[1:], red.arg
+    outer = red.ranges  # the loops the whole reduction sits in: the accumulator restarts in each of their steps
+    acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), arg=next(ctx.registers))
+    zero = UOp.const(dtypes.int32, 0)
+    init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc.after(*outer), zero)), reduce_identity(op,
+               red.dtype)))
+    slot = UOp(Ops.INDEX, acc.dtype, (acc.after(init, *ranges), zero))
+    current = UOp(Ops.LOAD, red.dtype, (slot,))
+    update = UOp(Ops.STORE, dtypes.void, (slot, UOp(op, red.dtype, (current, value))))
+    done = end_ranges(update, ranges)
+    return UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, acc.dtype, (acc.after(done), zero)),))
+
+
+def close_store_ranges(sink: UOp) -> UOp | None:
+    """Every STORE under the SINK is closed by ENDs of the ranges it sits in."""
+    if not any(s.op is Ops.STORE and s.ranges for s in sink.src): return None
+    return sink.replace(src=tuple(end_ranges(s, s.ranges) if s.op is Ops.STORE else s for s in sink.src))
+
+
+pm_lower_reduce = PatternMatcher([
+    (UPat(Ops.REDUCE, name="red"), lower_reduce),
+    (UPat(Ops.SINK, name="sink"), close_store_ranges),
+])
+
+
+def lower(sink: UOp) -> UOp:
+    """The kernel with reductions as accumulator loops and every loop closed (see the module docstring)."""
+    return graph_rewrite(sink, pm_lower_reduce, ctx=LowerContext(), name="lower")

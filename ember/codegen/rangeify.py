@@ -1,0 +1,153 @@
+"""Rangeify: turn a kernel's movement ops into index arithmetic over explicit loops. The first codegen stage.
+
+Before: `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value))`, `value` a tensor-level graph (ALU, RESHAPE, PERMUTE,
+        EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS) over DEFINE_GLOBALs and CONSTs.
+After:  `SINK(STORE(INDEX(DEFINE_GLOBAL(0), i), v))`: every output axis is a RANGE, every read a
+        `LOAD(INDEX(DEFINE_GLOBAL(n), i[, gate]))`, every REDUCE_AXIS a `REDUCE(v, *RANGE)`; no movement op remains.
+
+How: the value at output position (r0, r1, ...) is the tensor-level node `INDEX(node, valid, r0, r1, ...)`. Rules
+push that INDEX down the graph (bottom-up, so each rule sees the original node): through an ALU op onto its
+sources, through a movement op by rewriting the indices (a PAD also narrows `valid`, which gates the load), through a
+REDUCE_AXIS by giving its reduced axes new RANGEs, until it reaches a buffer and becomes a LOAD. The symbolic rules
+run in the same pass, so index expressions are simplified as they are built:
+
+    STORE(DEFINE_GLOBAL(0).reshape((4,)), (DEFINE_GLOBAL(1).reshape((2,2)).permute((1,0)).reshape((4,))))
+    -> STORE(INDEX(data0, r0), LOAD(INDEX(data1, (r0%2)*2 + r0//2)))
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from dataclasses import dataclass, field
+
+from ember.dtype import DType, PtrDType, dtypes
+from ember.helpers import strides_for_shape
+from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
+from ember.uop.symbolic import symbolic
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
+
+
+@dataclass
+class RangeifyContext:
+    """Numbers new RANGEs in creation order, so an enclosing loop always has a smaller axis than what it encloses."""
+
+    index_dtype: DType
+    axes: itertools.count = field(default_factory=itertools.count)
+
+    def new_range(self, size: int, kind: AxisKind) -> UOp:
+        """A RANGE over [0, size), or the constant 0 for an axis of size 1."""
+        if size == 1: return UOp.const(self.index_dtype, 0)
+        return UOp.range(UOp.const(self.index_dtype, size), next(self.axes), kind, self.index_dtype)
+
+
+def at(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """The value of tensor-level `x` at position `idx`, read only where `valid` (0 elsewhere).
+
+    Its dtype is the element's, never a pointer: that tells it apart from a kernel-level INDEX(buf, i[, gate])."""
+    return UOp(Ops.INDEX, x.dtype.base if isinstance(x.dtype, PtrDType) else x.dtype, (x, valid, *idx))
+
+
+def flat_index(idx: tuple[UOp, ...], shape: tuple[int, ...], dtype: DType) -> UOp:
+    """The row-major offset of `idx` in `shape`."""
+    out = UOp.const(dtype, 0)
+    for i, stride in zip(idx, strides_for_shape(shape), strict=True): out = out + i * stride
+    return out
+
+
+def reshape_index(idx: tuple[UOp, ...], new: tuple[int, ...], old: tuple[int, ...], dtype: DType) -> tuple[UOp, ...]:
+    """Indices into `old` for position `idx` of the same data viewed as `new`.
+
+    Both shapes are cut where their running products agree, so an axis that a reshape leaves alone keeps its index
+    as it is and only axes that are merged or split get `//` and `%`."""
+    cum_new, cum_old = [1, *itertools.accumulate(new, operator.mul)], [1, *itertools.accumulate(old, operator.mul)]
+    out: list[UOp] = []
+    i = j = 0
+    while i < len(new) or j < len(old):
+        i1, j1 = min(i + 1, len(new)), min(j + 1, len(old))
+        while cum_new[i1] != cum_old[j1]:
+            if (cum_new[i1] < cum_old[j1] or j1 == len(old)) and i1 < len(new): i1 += 1
+            else: j1 += 1
+        flat = flat_index(idx[i:i1], new[i:i1], dtype)
+        for size, stride in zip(old[j:j1], strides_for_shape(old[j:j1]), strict=True):
+            out.append(UOp.const(dtype, 0) if size == 1 else (flat // stride) % size)
+        i, j = i1, j1
+    return tuple(out)
+
+
+# ---- rules that push INDEX(node, valid, *idx) down to the buffers ----------------------------------------------
+
+
+def index_alu(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """The value of an elementwise op at idx is the op on its sources' values at idx."""
+    return x.replace(src=tuple(at(s, valid, idx) for s in x.src))
+
+
+def index_movement(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """A movement op only changes where in its source a position reads from."""
+    src, d = x.src[0], idx[0].dtype if idx else dtypes.int32
+    if x.op is Ops.RESHAPE: return at(src, valid, reshape_index(idx, x.shape, src.shape, d))
+    if x.op is Ops.PERMUTE:
+        moved = [idx[x.arg.index(axis)] for axis in range(len(idx))]
+        return at(src, valid, tuple(moved))
+    if x.op is Ops.EXPAND:
+        return at(src, valid, tuple(UOp.const(d, 0) if s == 1 else i for i, s in zip(idx, src.shape, strict=True)))
+    if x.op is Ops.SHRINK: return at(src, valid, tuple(i + b for i, (b, _) in zip(idx, x.arg, strict=True)))
+    if x.op is Ops.FLIP:
+        return at(src, valid, tuple((s - 1) - i if f else i for i, s, f in zip(idx, src.shape, x.arg, strict=True)))
+    assert x.op is Ops.PAD
+    inside = UOp.const(dtypes.bool, True)
+    for i, size, (before, after) in zip(idx, x.shape, x.arg, strict=True):
+        if before: inside = inside & (UOp.const(d, before - 1) < i)
+        if after: inside = inside & (i < size - after)
+    moved = tuple(i - b for i, (b, _) in zip(idx, x.arg, strict=True))
+    return inside.where(at(src, valid & inside, moved), UOp.const(x.dtype, 0))
+
+
+def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """A reduced axis of the result loops over a new REDUCE range; the others keep their index."""
+    src, (op, axes) = x.src[0], x.arg
+    new_idx = tuple(ctx.new_range(s, AxisKind.REDUCE) if a in axes else i
+                    for a, (i, s) in enumerate(zip(idx, src.shape, strict=True)))
+    ranges = tuple(new_idx[a] for a in axes if new_idx[a].op is Ops.RANGE)
+    value = at(src, valid, new_idx)
+    return UOp(Ops.REDUCE, x.dtype, (value, *ranges), op) if ranges else value
+
+
+def index_buffer(x: UOp, g: UOp, valid: UOp, i: UOp) -> UOp | None:
+    """A read of a buffer is a LOAD, gated by `valid` unless it is always true."""
+    if isinstance(x.dtype, PtrDType): return None  # already a kernel-level INDEX
+    ptr = UOp(Ops.INDEX, g.dtype, (g, i) if valid.op is Ops.CONST and valid.arg else (g, i, valid))
+    return UOp(Ops.LOAD, x.dtype, (ptr,))
+
+
+def store_over_ranges(ctx: RangeifyContext, g: UOp, view: UOp, value: UOp) -> UOp:
+    """The output: one RANGE per axis of its shape, and the value at those ranges stored at their offset."""
+    idx = tuple(ctx.new_range(s, AxisKind.GLOBAL) for s in view.shape)
+    target = UOp(Ops.INDEX, g.dtype, (g, flat_index(idx, view.shape, ctx.index_dtype)))
+    return UOp(Ops.STORE, dtypes.void, (target, at(value, UOp.const(dtypes.bool, True), idx)))
+
+
+pm_rangeify = PatternMatcher([
+    (UPat(Ops.STORE, src=(UPat(Ops.RESHAPE, src=(UPat(Ops.DEFINE_GLOBAL, name="g"),), name="view"),
+                          UPat.var("value"))), store_over_ranges),
+    (UPat(Ops.INDEX, src=(UPat(GroupOp.Elementwise),), allow_any_len=True, name="x"),
+     lambda x: index_alu(x.src[0], x.src[1], x.src[2:])),
+    (UPat(Ops.INDEX, src=(UPat(GroupOp.Movement),), allow_any_len=True, name="x"),
+     lambda x: index_movement(x.src[0], x.src[1], x.src[2:])),
+    (UPat(Ops.INDEX, src=(UPat(Ops.REDUCE_AXIS),), allow_any_len=True, name="x"),
+     lambda ctx, x: index_reduce(ctx, x.src[0], x.src[1], x.src[2:])),
+    (UPat(Ops.INDEX, src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="c"),), allow_any_len=True), lambda c: c),
+    (UPat(Ops.INDEX, src=(UPat(Ops.DETACH, name="d"),), allow_any_len=True, name="x"),
+     lambda x, d: at(d.src[0], x.src[1], x.src[2:])),
+    (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("valid"), UPat.var("i")), name="x"),
+     index_buffer),
+])
+
+
+def rangeify(ast: UOp) -> UOp:
+    """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
+    sizes = [u.dtype.size for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
+    index_dtype = dtypes.int64 if max(sizes, default=0) > 2**31 - 1 else dtypes.int32
+    return graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype), bottom_up=True,
+                         name="rangeify")

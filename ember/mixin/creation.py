@@ -1,0 +1,99 @@
+"""Tensor constructors: zeros, ones, full, empty, arange, eye, rand and randn, and the *_like forms.
+
+Constants are a CONST node broadcast to the shape (no memory until realized). `arange` and the random
+constructors compute their values on the host with numpy and upload them (an in-graph generator is future work).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ember.dtype import DType, dtypes, to_dtype, to_numpy
+from ember.errors import ShapeError
+from ember.uop.ops import UOp
+
+if TYPE_CHECKING:
+    from ember.tensor import Tensor
+
+
+def _shape_of(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
+    out = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    if any(not isinstance(s, int) or s < 0 for s in out):
+        raise ShapeError(f"{op}: shape sizes must be non-negative ints, got {out}")
+    return out
+
+
+class CreationMixin:
+    """Class methods that make new tensors."""
+
+    __slots__ = ()
+    _rng: np.random.Generator = np.random.default_rng(0)
+
+    @classmethod
+    def manual_seed(cls, seed: int = 0) -> None:
+        """Seed the generator behind rand and randn."""
+        CreationMixin._rng = np.random.default_rng(seed)
+
+    @classmethod
+    def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
+             device: str | None = None) -> Tensor:
+        """A tensor of `shape` with every element `fill_value`."""
+        from ember.tensor import Tensor
+        dims = _shape_of(shape if isinstance(shape, tuple) else (shape,), "full")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+        scalar = Tensor(UOp.const(dt, fill_value), device=device)
+        return scalar.reshape((1,) * len(dims)).expand(dims) if dims else scalar
+
+    @classmethod
+    def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        return cls.full(_shape_of(shape, "zeros"), 0, dtype or dtypes.default_float, device)
+
+    @classmethod
+    def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        return cls.full(_shape_of(shape, "ones"), 1, dtype or dtypes.default_float, device)
+
+    @classmethod
+    def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """A tensor whose values are unspecified until written (ember gives zeros)."""
+        return cls.zeros(*shape, dtype=dtype, device=device).contiguous()
+
+    @classmethod
+    def _host(cls, values: np.ndarray, dtype: DType, device: str | None) -> Tensor:
+        from ember.tensor import Tensor
+        return Tensor(values.astype(to_numpy(dtype)), device=device, dtype=dtype)
+
+    @classmethod
+    def arange(cls, start: float, stop: float | None = None, step: float = 1, dtype: DType | str | None = None,
+               device: str | None = None) -> Tensor:
+        """Values from start (inclusive) to stop (exclusive) by step; int32 unless an argument is a float."""
+        if stop is None: start, stop = 0, start
+        if step == 0: raise ValueError("arange: step must be nonzero")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
+        n = max(0, math.ceil((stop - start) / step))
+        return cls._host(start + np.arange(n, dtype=np.float64 if dt.is_float else np.int64) * step, dt, device)
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """The identity matrix (n x m)."""
+        return cls._host(np.eye(n, m), to_dtype(dtype or dtypes.default_float), device)
+
+    @classmethod
+    def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Uniform samples in [0, 1)."""
+        dt = to_dtype(dtype or dtypes.default_float)
+        return cls._host(CreationMixin._rng.random(_shape_of(shape, "rand")), dt, device)
+
+    @classmethod
+    def randn(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Standard normal samples."""
+        dt = to_dtype(dtype or dtypes.default_float)
+        return cls._host(CreationMixin._rng.standard_normal(_shape_of(shape, "randn")), dt, device)
+
+    def full_like(self: Tensor, fill_value: Any, dtype: DType | str | None = None) -> Tensor:
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)
+
+    def zeros_like(self: Tensor, dtype: DType | str | None = None) -> Tensor: return self.full_like(0, dtype)
+    def ones_like(self: Tensor, dtype: DType | str | None = None) -> Tensor: return self.full_like(1, dtype)

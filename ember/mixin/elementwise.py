@@ -1,0 +1,212 @@
+"""Elementwise Tensor ops: arithmetic, comparisons, math functions, where and casts, with numpy broadcasting.
+
+Binary ops promote dtypes as PyTorch does (Python scalars are weak), broadcast both sides to one shape, then build
+one ALU node. Float math on integer tensors first casts to the default float, as torch does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ember.dtype import DType, dtypes, least_upper_dtype, result_dtype, to_dtype
+from ember.errors import DTypeError, ShapeError
+from ember.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from ember.tensor import Tensor
+
+
+def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape numpy broadcasting gives `shapes`, or a ShapeError naming the op and every shape."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + s for s in shapes]
+    out = []
+    for sizes in zip(*padded):
+        big = {s for s in sizes if s != 1}
+        if len(big) > 1:
+            raise ShapeError(f"{op}: shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together; "
+                             f"each axis must match or be 1")
+        out.append(big.pop() if big else 1)
+    return tuple(out)
+
+
+class ElementwiseMixin:
+    """Operators and math functions of Tensor."""
+
+    __slots__ = ()
+
+    # ---- building blocks -----------------------------------------------------------------------------------------
+
+    def _operands(self: Tensor, op: str, *others: Any, dtype: DType | None = None) -> list[Tensor]:
+        """self and `others` as tensors of one dtype (promoted, or `dtype`) broadcast to one shape."""
+        from ember.tensor import Tensor
+        tensors = [self, *(o for o in others if isinstance(o, Tensor))]
+        if dtype is None:
+            dtype = least_upper_dtype(*(t.dtype for t in tensors))
+            for o in others:
+                if not isinstance(o, Tensor): dtype = result_dtype(dtype, o)
+        as_tensors = [o if isinstance(o, Tensor) else self._const(o, dtype) for o in (self, *others)]
+        shape = broadcast_shape(op, *(t.shape for t in as_tensors))
+        return [t.cast(dtype)._broadcast_to(shape) for t in as_tensors]
+
+    def _const(self: Tensor, value: Any, dtype: DType) -> Tensor:
+        if not isinstance(value, (bool, int, float)):
+            raise DTypeError(f"expected a Tensor or a Python number, got {type(value).__name__}")
+        return self._wrap(UOp.const(dtype, value))
+
+    def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
+        if self.shape == shape: return self
+        return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+
+    def _binary(self: Tensor, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
+        a, b = self._operands(name, other)
+        if reverse: a, b = b, a
+        out_dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else a.dtype
+        return self._wrap(UOp(op, out_dtype, (a.uop, b.uop)))
+
+    def _float_unary(self: Tensor, op: Ops) -> Tensor:
+        x = self if self.dtype.is_float else self.cast(dtypes.default_float)
+        return self._wrap(UOp(op, x.dtype, (x.uop,)))
+
+    # ---- arithmetic ----------------------------------------------------------------------------------------------
+
+    def add(self: Tensor, other: Any) -> Tensor: return self._binary(Ops.ADD, other, "add")
+    def sub(self: Tensor, other: Any) -> Tensor: return self._binary(Ops.SUB, other, "sub")
+    def mul(self: Tensor, other: Any) -> Tensor: return self._binary(Ops.MUL, other, "mul")
+
+    def div(self: Tensor, other: Any, rounding_mode: str | None = None) -> Tensor:
+        """True division (integers give the default float), or rounding_mode 'trunc' / 'floor' as torch.div."""
+        if rounding_mode is not None: return self._rounded_div(other, rounding_mode)
+        a, b = self._operands("div", other)
+        if not a.dtype.is_float: a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
+        return self._wrap(UOp(Ops.FDIV, a.dtype, (a.uop, b.uop)))
+
+    def _rounded_div(self: Tensor, other: Any, mode: str, reverse: bool = False) -> Tensor:
+        if mode not in ("trunc", "floor"): raise ValueError(f"div: rounding_mode must be 'trunc' or 'floor', got {mode!r}")
+        a, b = self._operands("div", other)
+        if reverse: a, b = b, a
+        if a.dtype.is_float:
+            q = a.div(b)
+            return q.trunc() if mode == "trunc" else q.floor()
+        q = self._wrap(UOp(Ops.IDIV, a.dtype, (a.uop, b.uop)))  # truncates, as C
+        if mode == "trunc": return q
+        inexact = (q * b).ne(a) & ((a < 0) ^ (b < 0))
+        return inexact.where(q - 1, q)
+
+    def neg(self: Tensor) -> Tensor:
+        if self.dtype is dtypes.bool: raise DTypeError("neg: negation of a bool tensor is not supported; use logical_not")
+        return self._wrap(UOp(Ops.NEG, self.dtype, (self.uop,)))
+
+    def __add__(self: Tensor, x: Any) -> Tensor: return self.add(x)
+    def __radd__(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.ADD, x, "add", reverse=True)
+    def __sub__(self: Tensor, x: Any) -> Tensor: return self.sub(x)
+    def __rsub__(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.SUB, x, "sub", reverse=True)
+    def __mul__(self: Tensor, x: Any) -> Tensor: return self.mul(x)
+    def __rmul__(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.MUL, x, "mul", reverse=True)
+    def __truediv__(self: Tensor, x: Any) -> Tensor: return self.div(x)
+    def __rtruediv__(self: Tensor, x: Any) -> Tensor: return self._operands("div", x)[1].div(self)
+    def __floordiv__(self: Tensor, x: Any) -> Tensor: return self._rounded_div(x, "floor")
+    def __rfloordiv__(self: Tensor, x: Any) -> Tensor: return self._rounded_div(x, "floor", reverse=True)
+    def __neg__(self: Tensor) -> Tensor: return self.neg()
+    def __matmul__(self: Tensor, x: Tensor) -> Tensor: return self.matmul(x)
+    def __rmatmul__(self: Tensor, x: Tensor) -> Tensor: return x.matmul(self)
+
+    # ---- comparisons ---------------------------------------------------------------------------------------------
+
+    def __lt__(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.CMPLT, x, "lt")
+    def __gt__(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.CMPLT, x, "gt", reverse=True)
+    def __le__(self: Tensor, x: Any) -> Tensor: return (self < x) | self.eq(x)  # not !(x<self): NaN <= y is False
+    def __ge__(self: Tensor, x: Any) -> Tensor: return (self > x) | self.eq(x)
+    def eq(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.CMPEQ, x, "eq")
+    def ne(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.CMPNE, x, "ne")
+    def __eq__(self: Tensor, x: Any) -> Tensor: return self.eq(x)  # type: ignore[override]
+    def __ne__(self: Tensor, x: Any) -> Tensor: return self.ne(x)  # type: ignore[override]
+    lt, gt, le, ge = __lt__, __gt__, __le__, __ge__
+
+    def _logical(self: Tensor, op: Ops, x: Any, name: str) -> Tensor:
+        a, b = self._operands(name, x)
+        if a.dtype.is_float: raise DTypeError(f"{name}: bitwise ops need bool or integer tensors, got {a.dtype.name}")
+        return self._wrap(UOp(op, a.dtype, (a.uop, b.uop)))
+
+    def __and__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.AND, x, "and")
+    def __or__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.OR, x, "or")
+    def __xor__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.XOR, x, "xor")
+    def logical_not(self: Tensor) -> Tensor: return self.cast(dtypes.bool).ne(True)
+
+    def __invert__(self: Tensor) -> Tensor:
+        if self.dtype.is_float: raise DTypeError(f"invert: needs a bool or integer tensor, got {self.dtype.name}")
+        return self.logical_not() if self.dtype is dtypes.bool else self ^ -1
+
+    # ---- math ----------------------------------------------------------------------------------------------------
+
+    def exp(self: Tensor) -> Tensor: return self._float_unary(Ops.EXP)
+    def log(self: Tensor) -> Tensor: return self._float_unary(Ops.LOG)
+    def exp2(self: Tensor) -> Tensor: return self._float_unary(Ops.EXP2)
+    def log2(self: Tensor) -> Tensor: return self._float_unary(Ops.LOG2)
+    def sqrt(self: Tensor) -> Tensor: return self._float_unary(Ops.SQRT)
+    def sin(self: Tensor) -> Tensor: return self._float_unary(Ops.SIN)
+    def reciprocal(self: Tensor) -> Tensor: return self._float_unary(Ops.RECIPROCAL)
+    def rsqrt(self: Tensor) -> Tensor: return self.sqrt().reciprocal()
+    def trunc(self: Tensor) -> Tensor: return self if not self.dtype.is_float else self._float_unary(Ops.TRUNC)
+
+    def floor(self: Tensor) -> Tensor:
+        t = self.trunc()
+        return (t > self).where(t - 1, t) if self.dtype.is_float else self
+
+    def ceil(self: Tensor) -> Tensor:
+        t = self.trunc()
+        return (t < self).where(t + 1, t) if self.dtype.is_float else self
+
+    def float_like(self: Tensor) -> Tensor: return self if self.dtype.is_float else self.cast(dtypes.default_float)
+
+    def square(self: Tensor) -> Tensor: return self * self
+    def abs(self: Tensor) -> Tensor: return self if self.dtype.is_unsigned else (self < 0).where(-self, self)
+    def sign(self: Tensor) -> Tensor: return (self < 0).where(-1, (self > 0).where(1, 0)).cast(self.dtype)
+
+    def maximum(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.MAX, x, "maximum")
+
+    def minimum(self: Tensor, x: Any) -> Tensor:
+        a, b = self._operands("minimum", x)
+        return (a.isnan() | (a < b)).where(a, b) if a.dtype.is_float else (a < b).where(a, b)
+
+    def isnan(self: Tensor) -> Tensor: return self.ne(self)
+    def relu(self: Tensor) -> Tensor: return self.maximum(0)
+    def sigmoid(self: Tensor) -> Tensor: return (1 + (-self.float_like()).exp()).reciprocal()
+
+    def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
+        out = self if min_ is None else self.maximum(min_)
+        return out if max_ is None else out.minimum(max_)
+
+    clip = clamp
+
+    def where(self: Tensor, x: Any, y: Any) -> Tensor:
+        """Elements of x where self is true, else of y (self is the condition)."""
+        from ember.tensor import Tensor
+        vals = [v for v in (x, y) if isinstance(v, Tensor)]
+        dtype = least_upper_dtype(*(v.dtype for v in vals)) if vals else dtypes.from_py(x)
+        for v in (x, y):
+            if not isinstance(v, Tensor): dtype = result_dtype(dtype, v)
+        cond, a, b = self._operands("where", x, y, dtype=dtype)
+        return self._wrap(UOp(Ops.WHERE, dtype, (self.cast(dtypes.bool)._broadcast_to(cond.shape).uop, a.uop, b.uop)))
+
+    # ---- casts ---------------------------------------------------------------------------------------------------
+
+    def cast(self: Tensor, dtype: DType | str) -> Tensor:
+        """The values converted to `dtype` (floats to ints truncate toward zero)."""
+        dt = to_dtype(dtype)
+        return self if dt == self.dtype else self._wrap(UOp(Ops.CAST, dt, (self.uop,)))
+
+    def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
+        """The same bits read as `dtype`, which must have the same size."""
+        dt = to_dtype(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise DTypeError(f"bitcast: {self.dtype.name} ({self.dtype.itemsize} bytes) to {dt.name} "
+                             f"({dt.itemsize} bytes); sizes must match")
+        return self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
+
+    def float(self: Tensor) -> Tensor: return self.cast(dtypes.float32)
+    def half(self: Tensor) -> Tensor: return self.cast(dtypes.float16)
+    def double(self: Tensor) -> Tensor: return self.cast(dtypes.float64)
+    def int(self: Tensor) -> Tensor: return self.cast(dtypes.int32)
+    def long(self: Tensor) -> Tensor: return self.cast(dtypes.int64)
+    def bool(self: Tensor) -> Tensor: return self.cast(dtypes.bool)

@@ -1,0 +1,189 @@
+"""Movement Tensor ops: reshape, permute, expand, pad, shrink, flip and what is built from them (slicing, transpose).
+
+Each builds one movement node and copies nothing; the scheduler turns chains of them into index arithmetic.
+Arguments are checked here, before a graph is built, and errors name the op and the shapes involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ember.errors import ShapeError
+from ember.helpers import prod
+from ember.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from ember.tensor import Tensor
+
+
+def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    """Accept `f(2, 3)` and `f((2, 3))`."""
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+
+
+class MovementMixin:
+    """Views of a tensor's data in another shape or order."""
+
+    __slots__ = ()
+
+    def _movement(self: Tensor, op: Ops, arg: Any) -> Tensor:
+        return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
+
+    def reshape(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+        """The same elements in row-major order, in `shape` (one -1 is inferred)."""
+        new = _shape_arg(shape)
+        if any(not isinstance(s, int) for s in new): raise ShapeError(f"reshape: sizes must be ints, got {new}")
+        if new.count(-1) > 1: raise ShapeError(f"reshape: only one size may be -1, got {new}")
+        if any(s < -1 for s in new): raise ShapeError(f"reshape: negative size in {new}")
+        if -1 in new:
+            known = prod(s for s in new if s != -1)
+            if known == 0 or self.numel() % known:
+                raise ShapeError(f"reshape: cannot infer -1 in {new} for {self.numel()} elements {self.shape}")
+            new = tuple(self.numel() // known if s == -1 else s for s in new)
+        if prod(new) != self.numel():
+            raise ShapeError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) to {new} "
+                             f"({prod(new)} elements); sizes must match")
+        return self if new == self.shape else self._movement(Ops.RESHAPE, new)
+
+    view = reshape
+
+    def permute(self: Tensor, *order: int | Sequence[int]) -> Tensor:
+        """The axes in `order` (a permutation of 0..ndim-1, negatives allowed)."""
+        axes = tuple(self._axis(a, "permute") for a in _shape_arg(order))
+        if sorted(axes) != list(range(self.ndim)):
+            raise ShapeError(f"permute: {tuple(_shape_arg(order))} is not a permutation of the {self.ndim} axes of "
+                             f"{self.shape}")
+        return self if axes == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, axes)
+
+    def expand(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+        """Axes of size 1 repeated to `shape` (-1 keeps an axis; new leading axes may be added)."""
+        new = _shape_arg(shape)
+        if len(new) < self.ndim: raise ShapeError(f"expand: {new} has fewer axes than {self.shape}")
+        old = (1,) * (len(new) - self.ndim) + self.shape
+        new = tuple(o if n == -1 else n for o, n in zip(old, new, strict=True))
+        for o, n in zip(old, new, strict=True):
+            if o != n and o != 1:
+                raise ShapeError(f"expand: cannot expand {self.shape} to {new}; only axes of size 1 can grow")
+        x = self.reshape(old) if old != self.shape else self
+        return x if new == old else x._movement(Ops.EXPAND, new)
+
+    def pad(self: Tensor, padding: Sequence[Any], value: float = 0.0) -> Tensor:
+        """Pad with `value`: ((before, after), ...) per axis from the first, or torch's flat form from the last."""
+        if all(isinstance(p, int) for p in padding):
+            if len(padding) % 2 or len(padding) // 2 > self.ndim:
+                raise ShapeError(f"pad: flat padding {tuple(padding)} needs two values per axis for {self.shape}")
+            pairs = [(0, 0)] * self.ndim
+            for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+        else:
+            if len(padding) != self.ndim:
+                raise ShapeError(f"pad: {len(padding)} (before, after) pairs for the {self.ndim} axes of {self.shape}")
+            pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+        if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops, as in torch
+            crop = tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape, strict=True))
+            return self.shrink(crop).pad([(max(b, 0), max(a, 0)) for b, a in pairs], value)
+        arg = tuple((int(b), int(a)) for b, a in pairs)
+        if all(p == (0, 0) for p in arg): return self
+        out = self._movement(Ops.PAD, arg)
+        if value == 0: return out
+        from ember.tensor import Tensor
+        inside = Tensor.ones(self.shape, dtype="bool", device=self.device).pad(arg)
+        return inside.where(out, value)
+
+    def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        """The sub-box [start, end) on every axis (None keeps an axis)."""
+        if len(arg) != self.ndim: raise ShapeError(f"shrink: {len(arg)} ranges for the {self.ndim} axes of {self.shape}")
+        box = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        for (b, e), s in zip(box, self.shape, strict=True):
+            if not 0 <= b <= e <= s: raise ShapeError(f"shrink: range {(b, e)} does not fit in {self.shape}")
+        return self if all(b == 0 and e == s for (b, e), s in zip(box, self.shape, strict=True)) else \
+            self._movement(Ops.SHRINK, box)
+
+    def flip(self: Tensor, *axis: int | Sequence[int]) -> Tensor:
+        """The order of elements reversed along `axis`."""
+        axes = {self._axis(a, "flip") for a in _shape_arg(axis)}
+        flags = tuple(i in axes and s > 1 for i, s in enumerate(self.shape))
+        return self._movement(Ops.FLIP, flags) if any(flags) else self
+
+    # ---- composites ----------------------------------------------------------------------------------------------
+
+    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self: Tensor) -> Tensor:  # noqa: N802  (numpy's name)
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0: return self.reshape(1)
+        a, b = self._axis(start_dim, "flatten"), self._axis(end_dim, "flatten")
+        return self.reshape(self.shape[:a] + (prod(self.shape[a:b + 1]),) + self.shape[b + 1:])
+
+    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        d = self._axis(dim, "unsqueeze")
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+        if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+        d = self._axis(dim, "squeeze")
+        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+
+    def __getitem__(self: Tensor, index: Any) -> Tensor:
+        """Basic indexing: ints, slices (any step), None and Ellipsis."""
+        items = list(index) if isinstance(index, tuple) else [index]
+        if sum(i is Ellipsis for i in items) > 1: raise IndexError("index: an index can only have one ellipsis")
+        used = sum(1 for i in items if i is not None and i is not Ellipsis)
+        if used > self.ndim: raise IndexError(f"index: too many indices for a {self.ndim}-d tensor {self.shape}")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            items[at:at + 1] = [slice(None)] * (self.ndim - used)
+        else:
+            items += [slice(None)] * (self.ndim - used)
+        axis, out_shape = 0, []
+        box: list[tuple[int, int]] = []
+        flips: list[bool] = []
+        steps: list[int] = []
+        for it in items:
+            if it is None:
+                out_shape.append(("new", 1))
+                continue
+            size = self.shape[axis]
+            if isinstance(it, bool) or not isinstance(it, (int, slice)):
+                raise IndexError(f"index: unsupported index {it!r}; use ints, slices, None or ...")
+            if isinstance(it, int):
+                if not -size <= it < size:
+                    raise IndexError(f"index: {it} is out of bounds for axis {axis} with size {size}")
+                i = it % size
+                box.append((i, i + 1)); flips.append(False); steps.append(1)
+                out_shape.append(("drop", axis))
+            else:
+                start, stop, step = it.indices(size)
+                n = len(range(start, stop, step))
+                if step > 0: box.append((start, start + max(n - 1, 0) * step + (1 if n else 0)))
+                else: box.append((start - max(n - 1, 0) * -step, start + 1) if n else (0, 0))
+                flips.append(step < 0); steps.append(abs(step))
+                out_shape.append(("keep", axis))
+            axis += 1
+        x = self.shrink(box).flip([i for i, f in enumerate(flips) if f])._strided(steps)
+        shape = []
+        for kind, a in out_shape:
+            if kind == "new": shape.append(1)
+            elif kind == "keep": shape.append(x.shape[a])
+        return x.reshape(tuple(shape))
+
+    def _strided(self: Tensor, steps: list[int]) -> Tensor:
+        """Every steps[i]-th element along each axis, starting with the first."""
+        if all(s == 1 for s in steps): return self
+        x = self
+        for axis, step in enumerate(steps):
+            if step == 1: continue
+            size = x.shape[axis]
+            n = -(-size // step)
+            x = x.pad([(0, 0)] * axis + [(0, n * step - size)] + [(0, 0)] * (x.ndim - axis - 1))
+            x = x.reshape(x.shape[:axis] + (n, step) + x.shape[axis + 1:])
+            x = x.shrink([None] * (axis + 1) + [(0, 1)] + [None] * (x.ndim - axis - 2))
+            x = x.reshape(x.shape[:axis + 1] + x.shape[axis + 2:])
+        return x

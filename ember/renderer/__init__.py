@@ -1,0 +1,44 @@
+"""The Renderer base class (what a device can do, and how to print code for it) and ProgramSpec (what comes out).
+
+Lowering reads the capability flags to decide what to emit: an op missing from `supported_ops` is decomposed into
+ops the renderer has, so the same kernel AST renders for every device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ember.uop.ops import Ops, UOp
+
+
+class Renderer:
+    """Base of all renderers. Subclasses set the flags and implement `render`."""
+
+    device: str = ""
+    has_local: bool = False  # workgroup-local thread ids exist
+    has_shared: bool = False  # memory shared inside a workgroup exists
+    has_threads: bool = False  # the outer loops may run in parallel
+    global_max: tuple[int, ...] | None = None
+    local_max: tuple[int, ...] | None = None
+    shared_max: int = 0
+    supported_ops: frozenset[Ops] = frozenset()
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        """Source code of a kernel called `name` from its linearized uops."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """A rendered kernel: its source, the buffers it takes, and estimates of the work it does."""
+
+    name: str
+    src: str
+    device: str
+    ast: UOp = field(repr=False)
+    uops: list[UOp] = field(repr=False)
+    buffer_count: int
+    outputs: tuple[int, ...]  # which buffer slots the kernel writes
+    flops: int  # ALU ops executed
+    mem_bytes: int  # bytes loaded and stored (upper bound: every access counted)
+    opts: tuple = ()

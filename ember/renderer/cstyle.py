@@ -1,0 +1,144 @@
+"""Render linearized UOps as C source, one function per kernel.
+
+`pm_render_c` maps a node to the C expression that computes it (a matcher that returns `str`); `CRenderer.render`
+walks the linear list, binds each value to a local and opens/closes loops. Floats print as hex literals so every
+constant is exact; NaN-propagating max and libm calls keep results equal to numpy's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ember.dtype import DType, PtrDType, dtypes
+from ember.renderer import Renderer
+from ember.uop.ops import Ops, UOp
+from ember.uop.upat import PatternMatcher, UPat
+
+C_TYPES: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
+    dtypes.int64: "int64_t", dtypes.uint8: "uint8_t", dtypes.uint16: "uint16_t", dtypes.uint32: "uint32_t",
+    dtypes.uint64: "uint64_t", dtypes.float16: "_Float16", dtypes.float32: "float", dtypes.float64: "double",
+}
+
+PRELUDE = """#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+"""
+
+
+def c_type(dtype: DType) -> str:
+    if isinstance(dtype, PtrDType): return c_type(dtype.base) + "*"
+    if dtype.scalar not in C_TYPES: raise NotImplementedError(f"C renderer: no C type for {dtype}")
+    return C_TYPES[dtype.scalar]
+
+
+def c_const(value: float | int | bool, dtype: DType) -> str:
+    """An exact C literal of `value` in `dtype`."""
+    if dtype.is_bool: return "1" if value else "0"
+    if dtype.is_int:
+        if dtype.is_unsigned: return f"{value}u" + ("ll" if dtype.itemsize == 8 else "")
+        if value == dtype.min: return f"({value + 1}{'ll' if dtype.itemsize == 8 else ''}-1)"  # -2**31 is not a literal
+        return f"{value}ll" if dtype.itemsize == 8 else str(value)
+    if math.isnan(value): text = "__builtin_nan(\"\")"
+    elif math.isinf(value): text = ("-" if value < 0 else "") + "__builtin_inf()"
+    else: text = float(value).hex()
+    return f"(({c_type(dtype)}){text})"
+
+
+def _libm(name: str, dtype: DType, x: str) -> str:
+    """A libm call at the precision of `dtype`; half computes in float and rounds back."""
+    if dtype.scalar is dtypes.float64: return f"{name}({x})"
+    if dtype.scalar is dtypes.float32: return f"{name}f({x})"
+    return f"(({c_type(dtype)}){name}f((float)({x})))"
+
+
+def render_max(x: UOp, a: str, b: str) -> str:
+    """max(a, b) that propagates NaN from either side, as numpy.maximum does."""
+    return f"(({a}>{b}||{a}!={a})?{a}:{b})" if x.dtype.is_float else f"(({a}>{b})?{a}:{b})"
+
+
+def render_bitcast(x: UOp, a: str) -> str:
+    src = c_type(x.src[0].dtype)
+    return f"((union {{{src} in; {c_type(x.dtype)} out;}}){{.in={a}}}).out"
+
+
+_BINARY = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
+           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+_LIBM = {Ops.EXP: "exp", Ops.LOG: "log", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt",
+         Ops.TRUNC: "trunc"}
+
+
+def _src(ctx: dict[UOp, str], x: UOp) -> list[str]:
+    return [ctx[s] for s in x.src]
+
+
+pm_render_c = PatternMatcher([
+    (UPat(Ops.CONST, name="x"), lambda ctx, x: c_const(x.arg, x.dtype)),
+    (UPat(tuple(_BINARY), name="x"), lambda ctx, x: f"({_src(ctx, x)[0]}{_BINARY[x.op]}{_src(ctx, x)[1]})"),
+    (UPat(tuple(_LIBM), name="x"), lambda ctx, x: _libm(_LIBM[x.op], x.dtype, ctx[x.src[0]])),
+    (UPat(Ops.POW, name="x"), lambda ctx, x: _libm("pow", x.dtype, ", ".join(_src(ctx, x)))),
+    (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
+    (UPat(Ops.RECIPROCAL, name="x"), lambda ctx, x: f"(1/{ctx[x.src[0]]})"),
+    (UPat(Ops.MAX, name="x"), lambda ctx, x: render_max(x, *_src(ctx, x))),
+    (UPat(Ops.WHERE, name="x"), lambda ctx, x: "({}?{}:{})".format(*_src(ctx, x))),
+    (UPat(Ops.MULACC, name="x"), lambda ctx, x: "(({}*{})+{})".format(*_src(ctx, x))),
+    (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({c_type(x.dtype)})({ctx[x.src[0]]}))"),
+    (UPat(Ops.BITCAST, name="x"), lambda ctx, x: render_bitcast(x, ctx[x.src[0]])),
+    (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"({ctx[x.src[0]]}+{ctx[x.src[1]]})"),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), lambda ctx, x, idx:
+     f"*{ctx[idx]}" if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?*{ctx[idx]}:{c_const(0, x.dtype)})"),
+    (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx[x.src[0]]),
+])
+
+_INLINE = {Ops.CONST, Ops.INDEX, Ops.AFTER}
+
+
+class CRenderer(Renderer):
+    """C99 for the host compiler. One function per kernel; buffers are `restrict` pointers."""
+
+    device = "CPU"
+    supported_ops = frozenset(Ops)
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        names: dict[UOp, str] = {}
+        params: list[str] = []
+        body: list[str] = []
+        depth = 1
+        counts: dict[str, int] = {}
+
+        def fresh(prefix: str) -> str:
+            counts[prefix] = counts.get(prefix, -1) + 1
+            return f"{prefix}{counts[prefix]}"
+
+        for u in uops:
+            pad = "  " * depth
+            if u.op is Ops.DEFINE_GLOBAL:
+                names[u] = f"data{u.arg}"
+                params.append(f"{c_type(u.dtype)} restrict data{u.arg}")
+            elif u.op is Ops.DEFINE_VAR:
+                names[u] = u.arg.name
+                params.append(f"const {c_type(u.dtype)} {u.arg.name}")
+            elif u.op is Ops.DEFINE_REG:
+                names[u] = fresh("acc")
+                body.append(f"{pad}{c_type(u.dtype.base)} {names[u]}[{u.dtype.size}];")
+            elif u.op is Ops.RANGE:
+                names[u] = f"r{u.arg.axis}"
+                body.append(f"{pad}for ({c_type(u.dtype)} {names[u]} = 0; {names[u]} < {names[u.src[0]]}; "
+                            f"{names[u]}++) {{")
+                depth += 1
+            elif u.op is Ops.END:
+                depth -= 1
+                body.append("  " * depth + "}")
+            elif u.op is Ops.STORE:
+                body.append(f"{pad}*{names[u.src[0]]} = {names[u.src[1]]};")
+            elif u.op in (Ops.SINK, Ops.NOOP):
+                continue
+            else:
+                code = pm_render_c.rewrite(u, ctx=names)
+                if code is None: raise NotImplementedError(f"C renderer: cannot render {u.op} ({u.dtype})")
+                if u.op in _INLINE:
+                    names[u] = code
+                else:
+                    names[u] = fresh("val" if u.op is Ops.LOAD else "alu")
+                    body.append(f"{pad}const {c_type(u.dtype)} {names[u]} = {code};")
+        return PRELUDE + f"void {name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"

@@ -1,0 +1,81 @@
+"""The CPU device: C source compiled by the system compiler into a shared object, called through ctypes.
+
+Flags: -O2 -march=native for speed; -fwrapv because ember's integers wrap (as its constant folder assumes);
+-ffp-contract=off so a*b+c is never fused into an FMA that numpy would not do (it changes the last bit).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from ember.device import Allocator, Compiled, Compiler, write_atomically
+from ember.errors import CompileError
+from ember.helpers import cache_dir
+from ember.renderer.cstyle import CRenderer
+
+C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-fno-math-errno",
+           "-std=gnu11", "-Wno-unused")
+
+
+def find_c_compiler() -> str:
+    """clang if present, else gcc, else cc; $CC overrides."""
+    for name in (os.getenv("CC"), "clang", "gcc", "cc"):
+        if name and shutil.which(name): return name
+    raise FileNotFoundError("no C compiler found (looked for $CC, clang, gcc, cc)")
+
+
+class CCompiler(Compiler):
+    """C source -> shared object bytes."""
+
+    def __init__(self) -> None:
+        self.cc = find_c_compiler()
+        version = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        super().__init__(f"{version} {' '.join(C_FLAGS)}")
+
+    def compile(self, src: str) -> bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "kernel.so")
+            proc = subprocess.run([self.cc, *C_FLAGS, "-x", "c", "-", "-o", out, "-lm"], input=src,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0: raise CompileError(describe_compile_error(self.cc, src, proc.stderr))
+            with open(out, "rb") as f: return f.read()
+
+
+def describe_compile_error(compiler: str, src: str, output: str) -> str:
+    """The compiler's output, then the source around the first line it complains about, that line marked."""
+    lines = src.split("\n")
+    match = re.search(r":(\d+):(?:\d+:)? (?:fatal )?error", output)
+    bad = int(match.group(1)) if match else None
+    shown = range(max(1, (bad or 1) - 3), min(len(lines), (bad or len(lines)) + 3) + 1) if bad else range(1, len(lines) + 1)
+    listing = "\n".join(f"{'>>' if n == bad else '  '} {n:4d} | {lines[n - 1]}" for n in shown)
+    return f"{compiler} failed to compile a kernel:\n{output.strip()}\n--- source ---\n{listing}"
+
+
+class CPUProgram:
+    """A compiled kernel: loads the shared object and calls the function with buffer pointers."""
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        self.name = name
+        self.path = os.path.join(cache_dir(), "lib", f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so")
+        if not os.path.exists(self.path): write_atomically(self.path, lib)
+        self.lib = ctypes.CDLL(self.path)
+        self.fn = getattr(self.lib, name)
+        self.fn.restype = None
+
+    def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        args = [ctypes.c_void_p(b.ctypes.data) for b in bufs] + [ctypes.c_int32(v) for v in vals]
+        start = time.perf_counter() if wait else 0.0
+        self.fn(*args)
+        return time.perf_counter() - start if wait else None
+
+
+def open_device() -> Compiled:
+    return Compiled("CPU", Allocator(), CRenderer(), CCompiler(), CPUProgram)

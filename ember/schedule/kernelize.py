@@ -1,0 +1,106 @@
+"""Group a tensor graph into kernels: decide what is stored to memory, what is fused, and in which order.
+
+Before: the tensor-level graphs to realize (ALU, movement, REDUCE_AXIS, CONTIGUOUS over BUFFERs and CONSTs).
+After:  an ordered list of ExecItems. Each holds a kernel AST `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value))`
+        where `value` reads only DEFINE_GLOBALs (numbered by the item's buffer list) and CONSTs, and the buffers.
+
+What is realized (stored to a buffer): every output, every CONTIGUOUS, and a REDUCE_AXIS whose result is broadcast
+(an EXPAND between it and its kernel would recompute the reduction per broadcast element) or read by two kernels.
+An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops.
+Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.device import Buffer, buffer_of, buffer_uop
+from ember.dtype import dtypes
+from ember.helpers import prod
+from ember.uop.ops import GroupOp, Ops, UOp
+
+RECOMPUTE_LIMIT = 16  # ALU ops; a value dearer than this is stored once rather than recomputed by each reader
+
+
+@dataclass(eq=False)
+class ExecItem:
+    """One kernel to run: its AST and the buffers its DEFINE_GLOBALs refer to (slot 0 is the output)."""
+
+    ast: UOp
+    bufs: list[Buffer]
+
+
+def is_buffer_view(u: UOp) -> bool:
+    """The node reads a whole buffer in order, so realizing it needs no kernel."""
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+
+def fused_cost(order: dict[UOp, None]) -> dict[UOp, int]:
+    """ALU ops a value costs to recompute, stopping at buffers and reductions (transcendentals count 4)."""
+    cost: dict[UOp, int] = {}
+    for u in order:
+        own = 4 if u.op in GroupOp.Transcendental else 1 if u.op in GroupOp.Elementwise else 0
+        below = sum(cost[s] for s in u.src if s.op not in (Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.BUFFER))
+        cost[u] = own + below
+    return cost
+
+
+def find_realized(outputs: list[UOp]) -> set[UOp]:
+    """The nodes that get a buffer of their own: outputs, CONTIGUOUS, shared or broadcast reductions, dear values."""
+    order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
+    consumers: dict[UOp, list[UOp]] = {u: [] for u in order}
+    for u in order:
+        for s in u.src: consumers[s].append(u)
+    realized = {u for u in outputs if not is_buffer_view(u)} | {u for u in order if u.op is Ops.CONTIGUOUS}
+    cost = fused_cost(order)
+    readers: dict[UOp, set[UOp]] = {}  # the realized nodes whose kernels read this value
+    broadcast: dict[UOp, bool] = {}  # an EXPAND lies between this value and a kernel that reads it
+    for u in reversed(order):
+        if u.op is Ops.SINK: continue
+        kernels: set[UOp] = set()
+        expanded = False
+        for c in consumers[u]:
+            if c.op is Ops.SINK: continue
+            kernels |= {c} if c in realized else readers[c]
+            expanded |= c.op is Ops.EXPAND or (c not in realized and broadcast[c])
+        if u.op is Ops.REDUCE_AXIS and (expanded or len(kernels) > 1): realized.add(u)
+        if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
+        readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
+    return realized
+
+
+def kernel_ast(value: UOp, shape: tuple[int, ...], out: UOp, views: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+    """The AST storing `value` into `out`, with realized inputs read through their buffers, and the BUFFER list."""
+    bufs = [out]
+    new: dict[UOp, UOp] = {}
+
+    def global_for(buf: UOp) -> UOp:
+        if buf not in bufs: bufs.append(buf)
+        return UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(buf.arg.size), arg=bufs.index(buf))
+
+    for u in value.toposort(descend=lambda n: n is value or n not in views):
+        if u is not value and u in views:
+            view = views[u]
+            new[u] = UOp(Ops.RESHAPE, u.dtype, (global_for(view.src[0]),), view.arg)
+        elif u.op is Ops.BUFFER: new[u] = global_for(u)
+        else: new[u] = u.replace(src=tuple(new[s] for s in u.src))
+    target = UOp(Ops.RESHAPE, out.dtype, (global_for(out),), shape)
+    return UOp(Ops.STORE, dtypes.void, (target, new[value])).sink(), bufs
+
+
+def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], dict[UOp, UOp]]:
+    """The kernels that realize `outputs`, in a valid order, and what each output becomes (a buffer view)."""
+    realized = find_realized(outputs)
+    order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
+    views: dict[UOp, UOp] = {}
+    items: list[ExecItem] = []
+    for u in order:
+        if u not in realized: continue
+        buf = buffer_uop(Buffer(device, prod(u.shape), u.dtype))
+        views[u] = UOp(Ops.RESHAPE, u.dtype, (buf,), u.shape)
+        value = u.src[0] if u.op is Ops.CONTIGUOUS else u
+        if prod(u.shape) == 0: continue  # nothing to compute
+        ast, bufs = kernel_ast(value, u.shape, buf, views)
+        items.append(ExecItem(ast, [buffer_of(b) for b in bufs]))
+    return items, {u: views.get(u, u) for u in outputs}
+

@@ -1,0 +1,168 @@
+"""The lazy Tensor: a user-facing handle on a tensor-level UOp graph. Nothing runs until it is realized.
+
+The op families live in ember/mixin/ (elementwise, movement, reduce, creation); this module holds construction,
+realization and conversion back to Python and numpy. Names, arguments and semantics follow PyTorch and tinygrad.
+
+>>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()
+[3.0, 5.0, 7.0]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.device import Buffer, Device, buffer_of, buffer_uop
+from ember.dtype import DType, dtypes, to_dtype, to_numpy
+from ember.errors import DTypeError, ShapeError
+from ember.helpers import prod
+from ember.mixin.creation import CreationMixin
+from ember.mixin.elementwise import ElementwiseMixin
+from ember.mixin.movement import MovementMixin
+from ember.mixin.reduce import ReduceMixin
+from ember.uop.ops import Ops, UOp
+
+Scalar = int | float | bool
+
+
+def _data_to_uop(data: Any, dtype: DType | None, device: str) -> UOp:
+    if isinstance(data, UOp): return data if dtype is None else data.cast(dtype)
+    if isinstance(data, (bool, int, float)):
+        dt = dtype or dtypes.from_py(data)
+        return UOp.const(dt, data)
+    if isinstance(data, (list, tuple)):
+        dt = dtype or dtypes.from_py(data)
+        try:
+            arr = np.array(data, dtype=to_numpy(dt))
+        except ValueError as e:
+            raise ShapeError(f"Tensor: nested lists must be rectangular: {e}") from None
+        return _numpy_to_uop(arr, dt, device)
+    if isinstance(data, np.ndarray) or np.isscalar(data):
+        arr = np.asarray(data)
+        dt = dtype or dtypes.from_numpy(arr.dtype)
+        return _numpy_to_uop(arr, dt, device)
+    raise DTypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; give a number, list or numpy array")
+
+
+def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
+    buf = Buffer(device, arr.size, dtype).copyin(arr.astype(to_numpy(dtype), copy=False))
+    return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
+
+
+class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin):
+    """A lazy n-dimensional array.
+
+    >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
+    [3, 7]
+    """
+
+    __slots__ = ("uop", "device")
+
+    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None) -> None:
+        self.device = Device.canonicalize(device or Device.DEFAULT)
+        self.uop: UOp = _data_to_uop(data, None if dtype is None else to_dtype(dtype), self.device)
+
+    @classmethod
+    def _from_uop(cls, uop: UOp, device: str) -> Tensor:
+        out = cls.__new__(cls)
+        out.uop, out.device = uop, device
+        return out
+
+    def _wrap(self, uop: UOp) -> Tensor:
+        return Tensor._from_uop(uop, self.device)
+
+    # ---- properties ----------------------------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]: return self.uop.shape
+
+    @property
+    def dtype(self) -> DType: return self.uop.dtype
+
+    @property
+    def ndim(self) -> int: return len(self.shape)
+
+    def numel(self) -> int: return prod(self.shape)
+
+    def size(self, dim: int | None = None) -> tuple[int, ...] | int:
+        return self.shape if dim is None else self.shape[self._axis(dim, "size")]
+
+    def element_size(self) -> int: return self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape: raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}>"
+
+    def __hash__(self) -> int: return id(self)
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(f"bool: the truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    # ---- realization ---------------------------------------------------------------------------------------------
+
+    def schedule(self, *others: Tensor) -> list:
+        """The kernels realizing self and `others` would run, in order, without running them."""
+        from ember.schedule.kernelize import create_schedule
+        return create_schedule([t.uop for t in (self, *others)], self.device)[0]
+
+    def realize(self, *others: Tensor) -> Tensor:
+        """Compute self (and `others`) into device buffers; afterwards each reads its buffer."""
+        from ember.engine.realize import run_schedule
+        from ember.schedule.kernelize import create_schedule
+        tensors = (self, *others)
+        items, becomes = create_schedule([t.uop for t in tensors], self.device)
+        run_schedule(items)
+        for t in tensors: t.uop = becomes[t.uop]
+        return self
+
+    def contiguous(self) -> Tensor:
+        """A tensor stored in its own buffer in row-major order when realized."""
+        return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def _buffer(self) -> Buffer:
+        """The buffer holding self in row-major order (realizing a contiguous copy if needed)."""
+        u = self.uop
+        if not (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER) and u.op is not Ops.BUFFER:
+            out = self.contiguous().realize() if u.op is not Ops.CONTIGUOUS else self.realize()
+            u = out.uop
+        return buffer_of(u.src[0] if u.op is Ops.RESHAPE else u)
+
+    def numpy(self) -> np.ndarray:
+        """A numpy copy of the values (bfloat16 comes back as float32)."""
+        if self.numel() == 0: return np.zeros(self.shape, dtype=to_numpy(self.dtype))
+        flat = self._buffer().numpy()
+        if self.dtype is dtypes.bfloat16:
+            flat = (flat.astype(np.uint32) << 16).view(np.float32)
+        return flat.reshape(self.shape)
+
+    def item(self) -> Scalar:
+        """The one value of a one-element tensor as a Python scalar."""
+        if self.numel() != 1: raise ShapeError(f"item: the tensor has {self.numel()} elements {self.shape}; need 1")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        """The values as nested Python lists (a scalar for a 0-d tensor)."""
+        return self.numpy().tolist()
+
+    def to(self, device: str) -> Tensor:
+        """self on `device` (a copy when it is another device)."""
+        target = Device.canonicalize(device)
+        return self if target == self.device else Tensor(self.numpy(), device=target)
+
+    # ---- helpers the mixins build on -----------------------------------------------------------------------------
+
+    def _axis(self, axis: int, op: str) -> int:
+        """`axis` as a non-negative index, or a ShapeError naming the op."""
+        n = max(self.ndim, 1) if op != "unsqueeze" else self.ndim + 1
+        if not -n <= axis < n: raise ShapeError(f"{op}: axis {axis} is out of range for a {self.ndim}-d tensor "
+                                                f"{self.shape}; valid axes are {-n}..{n - 1}")
+        return axis % n
+
+
+__all__ = ["Tensor"]
