@@ -206,6 +206,18 @@ def least_upper_dtype(*ds: DType) -> DType:
     return out
 
 
+def promote_operands(shaped: list[DType], zero_dim: list[DType], scalars: list[object]) -> DType:
+    """The dtype of an op on tensors with dims, 0-d tensors and Python scalars, as torch decides it.
+
+    The highest category (bool < int < float) present anywhere wins; inside it, tensors with dims decide, then 0-d
+    tensors, then scalars (which give the default dtype of their category)."""
+    groups = [shaped, zero_dim, [dtypes.from_py(s) for s in scalars]]
+    top = max(_CATEGORY[d.kind] for g in groups for d in g)
+    for g in groups:
+        if candidates := [d for d in g if _CATEGORY[d.kind] == top]: return least_upper_dtype(*candidates)
+    raise AssertionError("promote_operands: no operands")
+
+
 def result_dtype(tensor_dtype: DType, scalar: object) -> DType:
     """The dtype of `tensor op scalar`: a Python scalar only raises the category (int tensor * 0.5 -> float)."""
     sd = dtypes.from_py(scalar)

@@ -54,15 +54,15 @@ class Context(contextlib.ContextDecorator):
         unknown = [k for k in flags if k not in ContextVar.registry]
         if unknown: raise KeyError(f"Context: unknown flags {unknown}; known: {sorted(ContextVar.registry)}")
         self.flags = flags
-        self.saved: dict[str, int] = {}
+        self.saved: list[dict[str, int]] = []  # a stack: the same Context may be entered again while active
 
     def __enter__(self) -> Context:
-        for k, v in self.flags.items():
-            self.saved[k], ContextVar.registry[k].value = ContextVar.registry[k].value, v
+        self.saved.append({k: ContextVar.registry[k].value for k in self.flags})
+        for k, v in self.flags.items(): ContextVar.registry[k].value = v
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for k, v in self.saved.items(): ContextVar.registry[k].value = v
+        for k, v in self.saved.pop().items(): ContextVar.registry[k].value = v
 
 
 def prod(xs: Iterable[int]) -> int:

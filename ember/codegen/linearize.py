@@ -65,7 +65,8 @@ def linearize(sink: UOp) -> list[UOp]:
 
     def emit(target: Block) -> None:
         members = items.get(target, [])
-        pending = {m: len(deps[m] & set(members)) for m in members}
+        member_set = set(members)
+        pending = {m: len(deps[m] & member_set) for m in members}
         users: dict[UOp, list[UOp]] = {m: [] for m in members}
         for m in members:
             for d in deps[m]:

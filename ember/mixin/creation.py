@@ -78,6 +78,7 @@ class CreationMixin:
     @classmethod
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """The identity matrix (n x m)."""
+        if n < 0 or (m is not None and m < 0): raise ShapeError(f"eye: sizes must be non-negative, got n={n}, m={m}")
         return cls._host(np.eye(n, m), to_dtype(dtype or dtypes.default_float), device)
 
     @classmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ember.dtype import DType, dtypes, least_upper_dtype, result_dtype, to_dtype
+from ember.dtype import DType, dtypes, promote_operands, to_dtype
 from ember.errors import DTypeError, ShapeError
 from ember.uop.ops import Ops, UOp
 
@@ -30,6 +30,18 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _float_floor_div(a: Tensor, b: Tensor) -> Tensor:
+    """floor(a / b) from the exact remainder fmod(a, b), as torch and Python compute it: 1.0 // 0.1 is 9.0."""
+    mod = a._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))  # float MOD is C's fmod, which is exact
+    div = (a - mod) / b
+    div = (mod.ne(0) & ((b < 0) ^ (mod < 0))).where(div - 1, div)
+    floored = div.floor()
+    floored = (div - floored > 0.5).where(floored + 1, floored)
+    quotient = a / b
+    signed_zero = (quotient.reciprocal() < 0).where(-0.0, 0.0)  # 0 with the sign of a / b (1/-0.0 is -inf)
+    return b.eq(0).where(quotient, div.eq(0).where(signed_zero, floored))
+
+
 class ElementwiseMixin:
     """Operators and math functions of Tensor."""
 
@@ -40,11 +52,10 @@ class ElementwiseMixin:
     def _operands(self: Tensor, op: str, *others: Any, dtype: DType | None = None) -> list[Tensor]:
         """self and `others` as tensors of one dtype (promoted, or `dtype`) broadcast to one shape."""
         from ember.tensor import Tensor
-        tensors = [self, *(o for o in others if isinstance(o, Tensor))]
         if dtype is None:
-            dtype = least_upper_dtype(*(t.dtype for t in tensors))
-            for o in others:
-                if not isinstance(o, Tensor): dtype = result_dtype(dtype, o)
+            tensors = [self, *(o for o in others if isinstance(o, Tensor))]
+            dtype = promote_operands([t.dtype for t in tensors if t.ndim], [t.dtype for t in tensors if not t.ndim],
+                                     [o for o in others if not isinstance(o, Tensor)])
         as_tensors = [o if isinstance(o, Tensor) else self._const(o, dtype) for o in (self, *others)]
         shape = broadcast_shape(op, *(t.shape for t in as_tensors))
         return [t.cast(dtype)._broadcast_to(shape) for t in as_tensors]
@@ -85,9 +96,7 @@ class ElementwiseMixin:
         if mode not in ("trunc", "floor"): raise ValueError(f"div: rounding_mode must be 'trunc' or 'floor', got {mode!r}")
         a, b = self._operands("div", other)
         if reverse: a, b = b, a
-        if a.dtype.is_float:
-            q = a.div(b)
-            return q.trunc() if mode == "trunc" else q.floor()
+        if a.dtype.is_float: return a.div(b).trunc() if mode == "trunc" else _float_floor_div(a, b)
         q = self._wrap(UOp(Ops.IDIV, a.dtype, (a.uop, b.uop)))  # truncates, as C
         if mode == "trunc": return q
         inexact = (q * b).ne(a) & ((a < 0) ^ (b < 0))
@@ -183,9 +192,8 @@ class ElementwiseMixin:
         """Elements of x where self is true, else of y (self is the condition)."""
         from ember.tensor import Tensor
         vals = [v for v in (x, y) if isinstance(v, Tensor)]
-        dtype = least_upper_dtype(*(v.dtype for v in vals)) if vals else dtypes.from_py(x)
-        for v in (x, y):
-            if not isinstance(v, Tensor): dtype = result_dtype(dtype, v)
+        dtype = promote_operands([v.dtype for v in vals if v.ndim], [v.dtype for v in vals if not v.ndim],
+                                 [v for v in (x, y) if not isinstance(v, Tensor)])
         cond, a, b = self._operands("where", x, y, dtype=dtype)
         return self._wrap(UOp(Ops.WHERE, dtype, (self.cast(dtypes.bool)._broadcast_to(cond.shape).uop, a.uop, b.uop)))
 

@@ -79,6 +79,9 @@ class MovementMixin:
             if len(padding) != self.ndim:
                 raise ShapeError(f"pad: {len(padding)} (before, after) pairs for the {self.ndim} axes of {self.shape}")
             pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+        for (b, a), s in zip(pairs, self.shape, strict=True):
+            if s + min(b, 0) + min(a, 0) < 0:
+                raise ShapeError(f"pad: padding {(b, a)} removes more than the {s} elements of an axis of {self.shape}")
         if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops, as in torch
             crop = tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape, strict=True))
             return self.shrink(crop).pad([(max(b, 0), max(a, 0)) for b, a in pairs], value)
@@ -88,7 +91,7 @@ class MovementMixin:
         if value == 0: return out
         from ember.tensor import Tensor
         inside = Tensor.ones(self.shape, dtype="bool", device=self.device).pad(arg)
-        return inside.where(out, value)
+        return inside.where(out, value).cast(self.dtype)
 
     def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """The sub-box [start, end) on every axis (None keeps an axis)."""
@@ -120,6 +123,7 @@ class MovementMixin:
     def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         if self.ndim == 0: return self.reshape(1)
         a, b = self._axis(start_dim, "flatten"), self._axis(end_dim, "flatten")
+        if a > b: raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for {self.shape}")
         return self.reshape(self.shape[:a] + (prod(self.shape[a:b + 1]),) + self.shape[b + 1:])
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ember.dtype import DType, dtypes, least_upper_dtype
 from ember.errors import ShapeError
+from ember.mixin.elementwise import broadcast_shape
 from ember.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -93,6 +94,11 @@ class ReduceMixin:
         if a.shape[-1] != b.shape[-2]:
             raise ShapeError(f"matmul: inner dimensions differ: {self.shape} @ {other.shape}; "
                              f"a.shape[-1] ({a.shape[-1]}) must equal b.shape[-2] ({b.shape[-2]})")
+        try:
+            broadcast_shape("matmul", a.shape[:-2], b.shape[:-2])
+        except ShapeError:
+            raise ShapeError(f"matmul: batch dimensions of {self.shape} @ {other.shape} cannot be broadcast: "
+                             f"{a.shape[:-2]} and {b.shape[:-2]}") from None
         out_dtype = least_upper_dtype(a.dtype, b.dtype)
         acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
         # (..., n, k) -> (..., n, 1, k) and (..., k, m) -> (..., 1, m, k): the product sums over the last axis

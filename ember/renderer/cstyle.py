@@ -14,6 +14,8 @@ from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
+FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+
 C_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
     dtypes.int64: "int64_t", dtypes.uint8: "uint8_t", dtypes.uint16: "uint16_t", dtypes.uint32: "uint32_t",
@@ -45,11 +47,11 @@ def c_const(value: float | int | bool, dtype: DType) -> str:
     return f"(({c_type(dtype)}){text})"
 
 
-def _libm(name: str, dtype: DType, x: str) -> str:
+def _libm(name: str, dtype: DType, *args: str) -> str:
     """A libm call at the precision of `dtype`; half computes in float and rounds back."""
-    if dtype.scalar is dtypes.float64: return f"{name}({x})"
-    if dtype.scalar is dtypes.float32: return f"{name}f({x})"
-    return f"(({c_type(dtype)}){name}f((float)({x})))"
+    if dtype.scalar is dtypes.float64: return f"{name}({', '.join(args)})"
+    if dtype.scalar is dtypes.float32: return f"{name}f({', '.join(args)})"
+    return f"(({c_type(dtype)}){name}f({', '.join(f'(float)({a})' for a in args)}))"
 
 
 def render_max(x: UOp, a: str, b: str) -> str:
@@ -74,9 +76,10 @@ def _src(ctx: dict[UOp, str], x: UOp) -> list[str]:
 
 pm_render_c = PatternMatcher([
     (UPat(Ops.CONST, name="x"), lambda ctx, x: c_const(x.arg, x.dtype)),
+    (UPat(Ops.MOD, dtype=FLOATS, name="x"), lambda ctx, x: _libm("fmod", x.dtype, *_src(ctx, x))),
     (UPat(tuple(_BINARY), name="x"), lambda ctx, x: f"({_src(ctx, x)[0]}{_BINARY[x.op]}{_src(ctx, x)[1]})"),
     (UPat(tuple(_LIBM), name="x"), lambda ctx, x: _libm(_LIBM[x.op], x.dtype, ctx[x.src[0]])),
-    (UPat(Ops.POW, name="x"), lambda ctx, x: _libm("pow", x.dtype, ", ".join(_src(ctx, x)))),
+    (UPat(Ops.POW, name="x"), lambda ctx, x: _libm("pow", x.dtype, *_src(ctx, x))),
     (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
     (UPat(Ops.RECIPROCAL, name="x"), lambda ctx, x: f"(1/{ctx[x.src[0]]})"),
     (UPat(Ops.MAX, name="x"), lambda ctx, x: render_max(x, *_src(ctx, x))),
@@ -101,7 +104,7 @@ class CRenderer(Renderer):
 
     def render(self, name: str, uops: list[UOp]) -> str:
         names: dict[UOp, str] = {}
-        params: list[str] = []
+        params: list[tuple[int, str]] = []  # (position, declaration): buffers by slot, then variables
         body: list[str] = []
         depth = 1
         counts: dict[str, int] = {}
@@ -114,10 +117,10 @@ class CRenderer(Renderer):
             pad = "  " * depth
             if u.op is Ops.DEFINE_GLOBAL:
                 names[u] = f"data{u.arg}"
-                params.append(f"{c_type(u.dtype)} restrict data{u.arg}")
+                params.append((u.arg, f"{c_type(u.dtype)} restrict data{u.arg}"))
             elif u.op is Ops.DEFINE_VAR:
                 names[u] = u.arg.name
-                params.append(f"const {c_type(u.dtype)} {u.arg.name}")
+                params.append((1 << 30, f"const {c_type(u.dtype)} {u.arg.name}"))
             elif u.op is Ops.DEFINE_REG:
                 names[u] = fresh("acc")
                 body.append(f"{pad}{c_type(u.dtype.base)} {names[u]}[{u.dtype.size}];")
@@ -141,4 +144,4 @@ class CRenderer(Renderer):
                 else:
                     names[u] = fresh("val" if u.op is Ops.LOAD else "alu")
                     body.append(f"{pad}const {c_type(u.dtype)} {names[u]} = {code};")
-        return PRELUDE + f"void {name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+        return PRELUDE + f"void {name}({', '.join(p for _, p in sorted(params))}) {{\n" + "\n".join(body) + "\n}\n"

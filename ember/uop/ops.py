@@ -244,7 +244,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     def _bottom_up(self, attr: str, compute: Callable[[UOp], Any]) -> Any:
         """Compute a cached per-node attribute for all sources first, without recursion."""
         if attr in self.__dict__: return self.__dict__[attr]
-        for node in self.toposort():
+        for node in self.toposort(descend=lambda n: attr not in n.__dict__):
             if attr not in node.__dict__: node.__dict__[attr] = compute(node)
         return self.__dict__[attr]
 

@@ -1,0 +1,65 @@
+"""The oracle check every tensor test goes through: run a function in ember and in torch (or numpy), compare.
+
+`check(fn, oracle, inputs)` builds ember Tensors and oracle tensors from the same numpy inputs, runs both sides and
+asserts that shape, dtype and values agree. Values are compared exactly for bool and integer results and with a
+tolerance chosen by the result dtype for floats (NaN equals NaN, infinities must match in sign).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ember import Tensor
+
+# Elementwise float tolerances: ember calls libm (expf, logf, ...), torch and numpy use their own vector math.
+# Reductions and matmul sum in another order than torch; their tests pass REDUCE_TOL.
+TOL = {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2), "float32": (1e-6, 1e-7), "float64": (1e-12, 1e-14)}
+REDUCE_TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def dtype_name(x: Any) -> str:
+    """The dtype of an ember Tensor, torch tensor or numpy array, spelled as numpy spells it ('float32')."""
+    if isinstance(x, Tensor): return x.dtype.name
+    if isinstance(x, torch.Tensor): return str(x.dtype).removeprefix("torch.")
+    return np.asarray(x).dtype.name
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, Tensor): return x.numpy()
+    if isinstance(x, torch.Tensor): return x.detach().numpy()
+    return np.asarray(x)
+
+
+def check(fn: Callable[..., Any], oracle: Callable[..., Any] | None, inputs: Sequence[Any], *, lib: str = "torch",
+          rtol: float | None = None, atol: float | None = None) -> np.ndarray:
+    """Assert that fn on ember Tensors equals `oracle` (fn itself when None) on torch tensors or numpy arrays.
+
+    `inputs` are numpy arrays (or what np.asarray takes); each side gets its own copy. Returns ember's values.
+    """
+    arrays = [np.asarray(x) for x in inputs]
+    got = fn(*(Tensor(a.copy()) for a in arrays))
+    wrap = (lambda a: torch.from_numpy(a.copy())) if lib == "torch" else (lambda a: a.copy())
+    want = (oracle or fn)(*(wrap(a) for a in arrays))
+    assert isinstance(got, Tensor), f"ember side returned {type(got).__name__}, not a Tensor"
+    assert dtype_name(got) == dtype_name(want), f"dtype: ember {dtype_name(got)}, {lib} {dtype_name(want)}"
+    got_np, want_np = got.numpy(), to_numpy(want)
+    assert got_np.shape == want_np.shape, f"shape: ember {got_np.shape}, {lib} {want_np.shape}"
+    if got_np.dtype.kind in "biu":
+        np.testing.assert_array_equal(got_np, want_np)
+    else:
+        default_rtol, default_atol = TOL[got.dtype.name]
+        np.testing.assert_allclose(got_np, want_np, rtol=default_rtol if rtol is None else rtol,
+                                   atol=default_atol if atol is None else atol, equal_nan=True)
+    return got_np
+
+
+def sample(shape: tuple[int, ...], dtype: str, low: float = -4, high: float = 4, seed: int = 0) -> np.ndarray:
+    """Deterministic inputs in [low, high): uniform floats, or integers for int dtypes, or random bools."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool": return rng.random(shape) < 0.5
+    if np.dtype(dtype).kind in "iu": return rng.integers(int(low), int(high), shape).astype(dtype)
+    return rng.uniform(low, high, shape).astype(dtype)
