@@ -6,6 +6,8 @@ After:  an ordered list of ExecItems. Each holds a kernel AST `SINK(STORE(DEFINE
 
 What is realized (stored to a buffer): every output, every CONTIGUOUS, and a REDUCE_AXIS whose result is broadcast
 (an EXPAND between it and its kernel would recompute the reduction per broadcast element) or read by two kernels.
+When only an elementwise chain lies between such a reduction and the broadcast, the end of the chain is stored
+instead, so the chain runs once inside the reduce kernel.
 An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 """
@@ -45,6 +47,20 @@ def fused_cost(order: dict[UOp, None]) -> dict[UOp, int]:
     return cost
 
 
+def ends_on_private_reduce(u: UOp, consumers: dict[UOp, list[UOp]]) -> bool:
+    """An elementwise chain read only by `u` (reshapes and other views allowed) starts at a reduction read only by it.
+
+    Storing u instead of the reduction costs the same and fuses the chain (relu(x @ w + b)) into the reduce kernel,
+    instead of recomputing it for every element the broadcast makes."""
+    stack = [u]
+    while stack:
+        for s in stack.pop().src:
+            if len(consumers[s]) != 1: continue
+            if s.op is Ops.REDUCE_AXIS: return True
+            if s.op in GroupOp.Elementwise or (s.op in GroupOp.Movement and s.op is not Ops.EXPAND): stack.append(s)
+    return False
+
+
 def find_realized(outputs: list[UOp]) -> set[UOp]:
     """The nodes that get a buffer of their own: outputs, CONTIGUOUS, shared or broadcast reductions, dear values."""
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
@@ -64,6 +80,7 @@ def find_realized(outputs: list[UOp]) -> set[UOp]:
             kernels |= {c} if c in realized else readers[c]
             expanded |= c.op is Ops.EXPAND or (c not in realized and broadcast[c])
         if u.op is Ops.REDUCE_AXIS and (expanded or len(kernels) > 1): realized.add(u)
+        if u.op in GroupOp.Elementwise and expanded and ends_on_private_reduce(u, consumers): realized.add(u)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
     return realized

@@ -1,0 +1,58 @@
+"""Which UOps are legal after each stage. With SPEC=1, graph_rewrite checks a named stage's output here.
+
+A spec is a list of checks, each a function of one node returning a message when the node breaks a rule. The rules
+common to all stages (operand dtypes of ALU ops) come first; each stage adds what must no longer appear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ember.dtype import PtrDType, dtypes
+from ember.errors import SpecError
+from ember.uop.ops import GroupOp, Ops, UOp
+
+Check = Callable[[UOp], str | None]
+
+
+def alu_operands_agree(u: UOp) -> str | None:
+    """Binary ALU ops take one dtype on both sides; comparisons give bool; WHERE takes a bool condition."""
+    if u.op in GroupOp.Binary and u.op not in (Ops.SHL, Ops.SHR) and u.src[0].dtype != u.src[1].dtype:
+        return f"operands of {u.op.name} differ: {u.src[0].dtype} and {u.src[1].dtype}"
+    if u.op in GroupOp.Comparison and u.dtype != dtypes.bool: return f"{u.op.name} must give bool, gives {u.dtype}"
+    if u.op is Ops.WHERE and u.src[0].dtype != dtypes.bool: return f"WHERE condition is {u.src[0].dtype}, not bool"
+    return None
+
+
+def no_tensor_level_ops(u: UOp) -> str | None:
+    """After rangeify: no movement op, REDUCE_AXIS or value-level INDEX is left."""
+    if u.op in GroupOp.Movement or u.op is Ops.REDUCE_AXIS: return f"{u.op.name} survived rangeify"
+    if u.op is Ops.INDEX and not isinstance(u.dtype, PtrDType): return "a tensor-level INDEX survived rangeify"
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is not Ops.INDEX: return f"{u.op.name} must go through INDEX"
+    return None
+
+
+def no_reduce(u: UOp) -> str | None:
+    """After lower: reductions are accumulator loops."""
+    return "REDUCE survived lowering" if u.op is Ops.REDUCE else None
+
+
+STAGE_CHECKS: dict[str, list[Check]] = {
+    "rangeify": [alu_operands_agree, no_tensor_level_ops],
+    "lower": [alu_operands_agree, no_tensor_level_ops, no_reduce],
+}
+
+
+def check_stage(sink: UOp, stage: str) -> None:
+    """Raise SpecError naming the stage, the node and the rule when `sink` breaks the stage's spec."""
+    checks = STAGE_CHECKS.get(stage, [alu_operands_agree])
+    for u in sink.toposort():
+        for check in checks:
+            if (problem := check(u)) is not None:
+                raise SpecError(f"spec after {stage}: {problem}\n  at {u.op.name} {u.dtype} ({check.__name__})")
+    if stage == "lower":
+        ends = [u.src[1] for u in sink.toposort() if u.op is Ops.END]
+        ranges = [u for u in sink.toposort() if u.op is Ops.RANGE]
+        if sorted(r.arg.axis for r in ranges) != sorted(r.arg.axis for r in ends):
+            raise SpecError(f"spec after lower: every RANGE needs exactly one END; ranges {len(ranges)}, "
+                            f"ends {len(ends)}")
