@@ -246,6 +246,14 @@ def truncate(value: float | int | bool, dtype: DType) -> float | int | bool:
         return math.copysign(math.inf, value)
 
 
+def to_bfloat16_bits(arr: np.ndarray) -> np.ndarray:
+    """The bfloat16 bit patterns (uint16) nearest to `arr`'s values, ties to even; NaN stays NaN."""
+    bits = np.asarray(arr, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    is_nan = np.isnan(np.asarray(arr, dtype=np.float32))
+    return np.where(is_nan, (bits >> 16).astype(np.uint16) | 0x40, rounded)
+
+
 def _round_bfloat16(value: float) -> float:
     if not math.isfinite(value): return value
     bits = struct.unpack("I", struct.pack("f", truncate(value, dtypes.float32)))[0]

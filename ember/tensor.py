@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ember.device import Buffer, Device, buffer_of, buffer_uop
-from ember.dtype import DType, dtypes, to_dtype, to_numpy
+from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import prod
 from ember.mixin.creation import CreationMixin
@@ -34,7 +34,7 @@ def _data_to_uop(data: Any, dtype: DType | None, device: str) -> UOp:
     if isinstance(data, (list, tuple)):
         dt = dtype or dtypes.from_py(data)
         try:
-            arr = np.array(data, dtype=to_numpy(dt))
+            arr = np.array(data, dtype=np.float32 if dt is dtypes.bfloat16 else to_numpy(dt))
         except ValueError as e:
             raise ShapeError(f"Tensor: nested lists must be rectangular: {e}") from None
         return _numpy_to_uop(arr, dt, device)
@@ -46,7 +46,8 @@ def _data_to_uop(data: Any, dtype: DType | None, device: str) -> UOp:
 
 
 def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
-    buf = Buffer(device, arr.size, dtype).copyin(arr.astype(to_numpy(dtype), copy=False))
+    host = to_bfloat16_bits(arr) if dtype is dtypes.bfloat16 else arr.astype(to_numpy(dtype), copy=False)
+    buf = Buffer(device, arr.size, dtype).copyin(host)
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 

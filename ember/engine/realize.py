@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ember.codegen import get_program
+from ember.codegen import get_program, kernel_name
 from ember.device import Device
 from ember.helpers import DEBUG, colored
 from ember.renderer import ProgramSpec
@@ -56,9 +56,18 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     return _runners[key]
 
 
+def print_schedule(schedule: list[ExecItem]) -> None:
+    """One line per kernel: its name, what it writes and what it reads."""
+    print(colored(f"schedule: {len(schedule)} kernels", "magenta"))
+    for i, item in enumerate(schedule):
+        reads = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[1:]) or "nothing"
+        print(f"  {i:3d} {kernel_name(item.ast):24s} writes {item.bufs[0].dtype.name}[{item.bufs[0].size}] "
+              f"reads {reads}")
+
+
 def run_schedule(schedule: list[ExecItem]) -> None:
     """Run every item in order, updating GlobalCounters."""
-    if DEBUG >= 2: print(colored(f"schedule: {len(schedule)} kernels", "magenta"))
+    if DEBUG >= 2: print_schedule(schedule)
     for item in schedule:
         runner = get_runner(item.bufs[0].device, item.ast)
         start = time.perf_counter()

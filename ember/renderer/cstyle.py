@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ember.dtype import DType, PtrDType, dtypes
+from ember.dtype import AddrSpace, DType, PtrDType, dtypes
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
@@ -25,11 +25,20 @@ C_TYPES: dict[DType, str] = {
 PRELUDE = """#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+static inline float bf16_load(uint16_t b) { union { uint32_t u; float f; } v = { (uint32_t)b << 16 }; return v.f; }
+static inline uint16_t bf16_bits(float f) {
+  union { float f; uint32_t u; } v = { f };
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN stays NaN */
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);  /* round to nearest, ties to even */
+}
+static inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
 """
 
 
 def c_type(dtype: DType) -> str:
-    if isinstance(dtype, PtrDType): return c_type(dtype.base) + "*"
+    """The C type of a value; bfloat16 values compute in float, and memory holds their 16 bits."""
+    if isinstance(dtype, PtrDType): return "uint16_t*" if dtype.base.scalar is dtypes.bfloat16 else c_type(dtype.base) + "*"
+    if dtype.scalar is dtypes.bfloat16: return "float"
     if dtype.scalar not in C_TYPES: raise NotImplementedError(f"C renderer: no C type for {dtype}")
     return C_TYPES[dtype.scalar]
 
@@ -50,13 +59,23 @@ def c_const(value: float | int | bool, dtype: DType) -> str:
 def _libm(name: str, dtype: DType, *args: str) -> str:
     """A libm call at the precision of `dtype`; half computes in float and rounds back."""
     if dtype.scalar is dtypes.float64: return f"{name}({', '.join(args)})"
-    if dtype.scalar is dtypes.float32: return f"{name}f({', '.join(args)})"
+    if dtype.scalar in (dtypes.float32, dtypes.bfloat16): return f"{name}f({', '.join(args)})"
     return f"(({c_type(dtype)}){name}f({', '.join(f'(float)({a})' for a in args)}))"
 
 
 def render_max(x: UOp, a: str, b: str) -> str:
     """max(a, b) that propagates NaN from either side, as numpy.maximum does."""
     return f"(({a}>{b}||{a}!={a})?{a}:{b})" if x.dtype.is_float else f"(({a}>{b})?{a}:{b})"
+
+
+def render_load(ctx: dict[UOp, str], x: UOp, idx: UOp) -> str:
+    """*ptr, gated by the INDEX's condition when it has one (no memory is touched when the gate is false)."""
+    value = f"bf16_load(*{ctx[idx]})" if _is_bf16_memory(idx) else f"*{ctx[idx]}"
+    return value if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?{value}:{c_const(0, x.dtype)})"
+
+
+def _is_bf16_memory(idx: UOp) -> bool:
+    return idx.dtype.base.scalar is dtypes.bfloat16 and idx.dtype.addrspace is not AddrSpace.REG  # type: ignore[attr-defined]
 
 
 def render_bitcast(x: UOp, a: str) -> str:
@@ -88,8 +107,7 @@ pm_render_c = PatternMatcher([
     (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({c_type(x.dtype)})({ctx[x.src[0]]}))"),
     (UPat(Ops.BITCAST, name="x"), lambda ctx, x: render_bitcast(x, ctx[x.src[0]])),
     (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"({ctx[x.src[0]]}+{ctx[x.src[1]]})"),
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), lambda ctx, x, idx:
-     f"*{ctx[idx]}" if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?*{ctx[idx]}:{c_const(0, x.dtype)})"),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), lambda ctx, x, idx: render_load(ctx, x, idx)),
     (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx[x.src[0]]),
 ])
 
@@ -133,7 +151,8 @@ class CRenderer(Renderer):
                 depth -= 1
                 body.append("  " * depth + "}")
             elif u.op is Ops.STORE:
-                body.append(f"{pad}*{names[u.src[0]]} = {names[u.src[1]]};")
+                value = f"bf16_bits({names[u.src[1]]})" if _is_bf16_memory(u.src[0]) else names[u.src[1]]
+                body.append(f"{pad}*{names[u.src[0]]} = {value};")
             elif u.op in (Ops.SINK, Ops.NOOP):
                 continue
             else:
@@ -142,6 +161,7 @@ class CRenderer(Renderer):
                 if u.op in _INLINE:
                     names[u] = code
                 else:
+                    if u.dtype.scalar is dtypes.bfloat16 and u.op is not Ops.LOAD: code = f"bf16_round({code})"
                     names[u] = fresh("val" if u.op is Ops.LOAD else "alu")
                     body.append(f"{pad}const {c_type(u.dtype)} {names[u]} = {code};")
         return PRELUDE + f"void {name}({', '.join(p for _, p in sorted(params))}) {{\n" + "\n".join(body) + "\n}\n"

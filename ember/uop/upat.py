@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.dtype import DType
-from ember.helpers import SPEC, TRACK_REWRITES
+from ember.helpers import DEBUG, SPEC, TRACK_REWRITES
 from ember.uop.ops import GroupOp, MathMixin, Ops, UOp
 
 Bindings = dict[str, Any]
@@ -150,6 +150,8 @@ class PatternMatcher:
                 out = rule.fn(ctx=ctx, **bound) if rule.wants_ctx else rule.fn(**bound)
                 if out is not None and out is not uop:
                     if TRACK_REWRITES: rewrite_log.append(RewriteEvent(stage, rule.location, uop, out))
+                    if DEBUG >= 6: print(f"{stage or 'rewrite'}: {rule.location} {uop.op.name} -> "
+                                         f"{out.op.name if isinstance(out, UOp) else type(out).__name__}")
                     return out
         return None
 
