@@ -63,7 +63,7 @@ def main() -> None:
     runs = []
     for _ in range(20):
         x, y = Tensor.rand(N).realize(), Tensor.rand(N).realize()
-        runs.append(timed(lambda: build(x, y).realize())[1])
+        runs.append(timed(lambda x=x, y=y: build(x, y).realize())[1])
     xn, yn = x.numpy(), y.numpy()
 
     def numpy_20_ops() -> np.ndarray:

@@ -138,7 +138,8 @@ class Compiled:
     """A device: allocator, renderer, compiler and the program class that runs compiled bytes."""
 
     def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program: type) -> None:
-        self.name, self.allocator, self.renderer, self.compiler, self.program = name, allocator, renderer, compiler, program
+        self.name, self.allocator, self.renderer = name, allocator, renderer
+        self.compiler, self.program = compiler, program
 
     def synchronize(self) -> None:
         """Wait until all work queued on the device is done (the CPU runs synchronously)."""

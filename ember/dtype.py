@@ -98,7 +98,8 @@ class PtrDType(DType):
     addrspace: AddrSpace = AddrSpace.GLOBAL
 
     def __repr__(self) -> str:
-        return f"{self.base!r}.ptr({self.size}{'' if self.addrspace is AddrSpace.GLOBAL else ', ' + str(self.addrspace)})"
+        space = "" if self.addrspace is AddrSpace.GLOBAL else f", {self.addrspace}"
+        return f"{self.base!r}.ptr({self.size}{space})"
 
 
 def _scalar(name: str, itemsize: int, kind: str, fmt: str | None) -> DType:

@@ -21,7 +21,7 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     ndim = max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + s for s in shapes]
     out = []
-    for sizes in zip(*padded):
+    for sizes in zip(*padded, strict=True):
         big = {s for s in sizes if s != 1}
         if len(big) > 1:
             raise ShapeError(f"{op}: shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together; "
@@ -93,7 +93,8 @@ class ElementwiseMixin:
         return self._wrap(UOp(Ops.FDIV, a.dtype, (a.uop, b.uop)))
 
     def _rounded_div(self: Tensor, other: Any, mode: str, reverse: bool = False) -> Tensor:
-        if mode not in ("trunc", "floor"): raise ValueError(f"div: rounding_mode must be 'trunc' or 'floor', got {mode!r}")
+        if mode not in ("trunc", "floor"):
+            raise ValueError(f"div: rounding_mode must be 'trunc' or 'floor', got {mode!r}")
         a, b = self._operands("div", other)
         if reverse: a, b = b, a
         if a.dtype.is_float: return a.div(b).trunc() if mode == "trunc" else _float_floor_div(a, b)
@@ -103,7 +104,8 @@ class ElementwiseMixin:
         return inexact.where(q - 1, q)
 
     def neg(self: Tensor) -> Tensor:
-        if self.dtype is dtypes.bool: raise DTypeError("neg: negation of a bool tensor is not supported; use logical_not")
+        if self.dtype is dtypes.bool:
+            raise DTypeError("neg: negation of a bool tensor is not supported; use logical_not")
         return self._wrap(UOp(Ops.NEG, self.dtype, (self.uop,)))
 
     def __add__(self: Tensor, x: Any) -> Tensor: return self.add(x)

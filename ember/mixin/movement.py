@@ -95,7 +95,8 @@ class MovementMixin:
 
     def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """The sub-box [start, end) on every axis (None keeps an axis)."""
-        if len(arg) != self.ndim: raise ShapeError(f"shrink: {len(arg)} ranges for the {self.ndim} axes of {self.shape}")
+        if len(arg) != self.ndim:
+            raise ShapeError(f"shrink: {len(arg)} ranges for the {self.ndim} axes of {self.shape}")
         box = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
         for (b, e), s in zip(box, self.shape, strict=True):
             if not 0 <= b <= e <= s: raise ShapeError(f"shrink: range {(b, e)} does not fit in {self.shape}")

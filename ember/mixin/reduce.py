@@ -79,7 +79,8 @@ class ReduceMixin:
     def _check_nonempty(self: Tensor, axis: Axis, name: str) -> None:
         for a in self._reduce_axes(axis, name):
             if self.shape[a] == 0:
-                raise ShapeError(f"{name}: cannot reduce axis {a} of size 0 in {self.shape}; the result has no identity")
+                raise ShapeError(f"{name}: cannot reduce axis {a} of size 0 in {self.shape}; "
+                                 "the result has no identity")
 
     # ---- matrix products -----------------------------------------------------------------------------------------
 

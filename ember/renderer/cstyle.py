@@ -37,7 +37,8 @@ static inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
 
 def c_type(dtype: DType) -> str:
     """The C type of a value; bfloat16 values compute in float, and memory holds their 16 bits."""
-    if isinstance(dtype, PtrDType): return "uint16_t*" if dtype.base.scalar is dtypes.bfloat16 else c_type(dtype.base) + "*"
+    if isinstance(dtype, PtrDType):
+        return "uint16_t*" if dtype.base.scalar is dtypes.bfloat16 else c_type(dtype.base) + "*"
     if dtype.scalar is dtypes.bfloat16: return "float"
     if dtype.scalar not in C_TYPES: raise NotImplementedError(f"C renderer: no C type for {dtype}")
     return C_TYPES[dtype.scalar]

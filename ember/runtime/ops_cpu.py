@@ -54,7 +54,7 @@ def describe_compile_error(compiler: str, src: str, output: str) -> str:
     lines = src.split("\n")
     match = re.search(r":(\d+):(?:\d+:)? (?:fatal )?error", output)
     bad = int(match.group(1)) if match else None
-    shown = range(max(1, (bad or 1) - 3), min(len(lines), (bad or len(lines)) + 3) + 1) if bad else range(1, len(lines) + 1)
+    shown = range(max(1, bad - 3), min(len(lines), bad + 3) + 1) if bad else range(1, len(lines) + 1)
     listing = "\n".join(f"{'>>' if n == bad else '  '} {n:4d} | {lines[n - 1]}" for n in shown)
     return f"{compiler} failed to compile a kernel:\n{output.strip()}\n--- source ---\n{listing}"
 

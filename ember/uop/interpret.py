@@ -51,7 +51,7 @@ def _fmod(a: float, b: float) -> float:
 
 def _sin(x: float) -> float: return math.nan if math.isinf(x) else math.sin(x)
 def _sqrt(x: float) -> float: return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
-def _trunc(x: float) -> float: return x if not math.isfinite(x) else float(math.trunc(x))
+def _trunc(x: float) -> float: return x if not math.isfinite(x) else math.copysign(float(math.trunc(x)), x)
 
 
 def _pow(a: float, b: float) -> float:
@@ -72,7 +72,8 @@ _PYTHON_ALU: dict[Ops, Callable[..., ConstType]] = {
     Ops.LOG: lambda x: _log(x, math.log), Ops.LOG2: lambda x: _log(x, math.log2), Ops.SIN: _sin, Ops.SQRT: _sqrt,
     Ops.RECIPROCAL: lambda x: _fdiv(1.0, x), Ops.TRUNC: _trunc,
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _fdiv,
-    Ops.IDIV: c_idiv, Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else c_mod(a, b), Ops.MAX: _max, Ops.POW: _pow,
+    Ops.IDIV: c_idiv, Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else c_mod(a, b),
+    Ops.MAX: _max, Ops.POW: _pow,
     Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
     Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
     Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
@@ -93,7 +94,8 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtype: 
     if dtype.is_float and op in (Ops.FDIV, Ops.RECIPROCAL, Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT):
         operands = tuple(float(x) for x in operands)
     if dtype.is_float and op is Ops.MOD: operands = tuple(float(x) for x in operands)
-    if op in (Ops.IDIV, Ops.MOD) and operands[1] == 0 and not dtype.is_float: raise ZeroDivisionError(f"{op.name} by zero")
+    if op in (Ops.IDIV, Ops.MOD) and operands[1] == 0 and not dtype.is_float:
+        raise ZeroDivisionError(f"{op.name} by zero")
     if op in (Ops.SHL, Ops.SHR) and not 0 <= operands[1] < 8 * dtype.itemsize:
         raise ZeroDivisionError(f"{op.name} by {operands[1]} bits is undefined for {dtype}")
     return truncate(_PYTHON_ALU[op](*operands), dtype)

@@ -151,7 +151,20 @@ class MathMixin:
     def ne(self, x: Any) -> Any: return self.alu(Ops.CMPNE, self._operand(x))
     def eq(self, x: Any) -> Any: return self.alu(Ops.CMPEQ, self._operand(x))
     def maximum(self, x: Any) -> Any: return self.alu(Ops.MAX, self._operand(x))
-    def where(self, a: Any, b: Any) -> Any: return self.alu(Ops.WHERE, self._operand(a), self._operand(b))
+    def __rfloordiv__(self, x: Any) -> Any: return self._operand(x).alu(Ops.IDIV, self)
+    def __rmod__(self, x: Any) -> Any: return self._operand(x).alu(Ops.MOD, self)
+    def __rtruediv__(self, x: Any) -> Any: return self._operand(x).alu(Ops.FDIV, self)
+    def __rand__(self, x: Any) -> Any: return self._operand(x).alu(Ops.AND, self)
+    def __ror__(self, x: Any) -> Any: return self._operand(x).alu(Ops.OR, self)
+    def __rxor__(self, x: Any) -> Any: return self._operand(x).alu(Ops.XOR, self)
+    def __rlshift__(self, x: Any) -> Any: return self._operand(x).alu(Ops.SHL, self)
+    def __rrshift__(self, x: Any) -> Any: return self._operand(x).alu(Ops.SHR, self)
+
+    def where(self, a: Any, b: Any) -> Any:
+        """a where self (a bool) is true, else b. A Python number takes the dtype of the other branch."""
+        if not isinstance(a, MathMixin) and isinstance(b, MathMixin): a = b.const_like(a)
+        if not isinstance(b, MathMixin) and isinstance(a, MathMixin): b = a.const_like(b)
+        return self.alu(Ops.WHERE, self._operand(a), self._operand(b))
 
 
 class UOp(MathMixin, metaclass=UOpMetaClass):
@@ -364,7 +377,7 @@ def render_tree(root: UOp, max_depth: int = 1_000_000) -> str:
     stack: list[tuple[UOp | str, int, str]] = [(root, 0, "")]
     while stack:
         node, depth, comma = stack.pop()
-        pad = "  " * depth
+        pad = "  " * min(depth, 16)  # capped: a deep chain prints in linear size
         if isinstance(node, str):  # the closing of a src tuple
             lines.append(node)
             continue

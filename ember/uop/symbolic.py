@@ -53,8 +53,9 @@ def drop_exact_float_identity(x: UOp, c: UOp) -> UOp | None:
     return x if c.arg == 0 and math.copysign(1.0, c.arg) < 0 else None
 
 
-def bool_not(x: UOp) -> UOp:
-    return x.ne(True)
+def bool_not(c: UOp) -> UOp:
+    """not c, in the one form the rules know: c != True."""
+    return c.ne(True)
 
 
 pm_identities = PatternMatcher([
@@ -190,7 +191,7 @@ def fold_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
     r >= 0 (truncation is floor there). r in [0, d) then gives q and r.
     """
     c, is_div = d.arg, root.op is Ops.IDIV
-    if c == 0: return None
+    if c == 0 or c == d.dtype.min or not _no_wrap(x): return None  # -INT_MIN wraps; a wrapping x is no plain sum
     if c < 0: return -(x // -c) if is_div else x % -c  # C: x/-c = -(x/c), x%-c = x%c
     terms, const = split_sum(x)
     if (g := math.gcd(c, const, *terms.values())) > 1:  # (g*y) // (g*c') = y // c', (g*y) % (g*c') = g*(y % c')

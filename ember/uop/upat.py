@@ -75,8 +75,8 @@ class UPat(MathMixin):
         """Every way this pattern matches `uop`, each as the bindings extended from `bound`."""
         if self.op is not None and uop.op not in self.op: return
         if self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar not in self.dtype: return
-        if self.arg is not None and (uop.arg != self.arg or type(uop.arg) is bool and type(self.arg) is not bool):
-            return
+        if self.arg is not None and (uop.arg != self.arg or (type(uop.arg) is bool) != (type(self.arg) is bool)):
+            return  # == alone would let True match 1
         if self.name is not None:
             if self.name in bound:
                 if bound[self.name] is not uop: return
@@ -166,14 +166,15 @@ def _rewrite_to_fixed_point(pm: PatternMatcher, node: UOp, ctx: Any, stage: str)
     return node
 
 
-def _rewrite_graph(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, stage: str) -> dict[UOp, UOp]:
+def _rewrite_graph(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, stage: str,
+                   replace: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:
     """The engine of graph_rewrite: returns old -> new for every node it visited.
 
     Default order rewrites the sources of a node first, then the node (its rewrite sees rewritten sources).
     `bottom_up` tries the node before its sources, so a rule sees the original sources and may replace them.
     Whatever a rule returns is itself rewritten until nothing changes. Iterative: no recursion on deep graphs.
     """
-    replace: dict[UOp, UOp] = {}
+    replace = {} if replace is None else replace
     stack: list[tuple[UOp, int, UOp | None]] = [(sink, _VISIT, None)]
     while stack:
         node, step, target = stack.pop()
@@ -214,4 +215,6 @@ def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, *, bottom_
                       name: str = "") -> dict[UOp, UOp]:
     """Like graph_rewrite, and also where every node of the input graph went: {old: new}."""
     replace = _rewrite_graph(sink, pm, ctx, bottom_up, name)
-    return {u: replace[u] for u in sink.toposort() if u in replace}
+    for u in sink.toposort():  # bottom-up may replace a node before seeing what lies below it: rewrite those too
+        if u not in replace: _rewrite_graph(u, pm, ctx, bottom_up, name, replace)
+    return {u: replace[u] for u in sink.toposort()}
