@@ -115,11 +115,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin):
     def realize(self, *others: Tensor) -> Tensor:
         """Compute self (and `others`) into device buffers; afterwards each reads its buffer."""
         from ember.engine.realize import run_schedule
-        from ember.schedule.kernelize import create_schedule
+        from ember.schedule.kernelize import computed, create_schedule
         tensors = (self, *others)
-        items, becomes = create_schedule([t.uop for t in tensors], self.device)
+        items, views = create_schedule([t.uop for t in tensors], self.device)
         run_schedule(items)
-        for t in tensors: t.uop = becomes[t.uop]
+        computed.update({node: view for node, view in views.items() if node is not view})
+        for t in tensors: t.uop = views[t.uop]
         return self
 
     def contiguous(self) -> Tensor:

@@ -14,12 +14,14 @@ Everything else fuses into the kernel that reads it: movement ops become index a
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import dtypes
 from ember.helpers import prod
 from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
 
 RECOMPUTE_LIMIT = 16  # ALU ops; a value dearer than this is stored once rather than recomputed by each reader
 
@@ -105,8 +107,26 @@ def kernel_ast(value: UOp, shape: tuple[int, ...], out: UOp, views: dict[UOp, UO
     return UOp(Ops.STORE, dtypes.void, (target, new[value])).sink(), bufs
 
 
+# What earlier realizations computed: a node -> the view of the buffer holding its value. Weak: an entry lives as
+# long as some graph still refers to the node, so a later schedule reads the buffer instead of computing again.
+computed: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def use_computed(ctx: weakref.WeakKeyDictionary[UOp, UOp], x: UOp) -> UOp | None:
+    return ctx.get(x)
+
+
+pm_use_computed = PatternMatcher([(UPat(name="x"), use_computed)])
+
+
 def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], dict[UOp, UOp]]:
-    """The kernels that realize `outputs`, in a valid order, and what each output becomes (a buffer view)."""
+    """The kernels that realize `outputs`, in a valid order, and the buffer view of every node they store.
+
+    Nodes an earlier run already stored (see `computed`) are read from their buffers, not recomputed."""
+    requested = outputs
+    if computed:
+        sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_use_computed, ctx=computed, bottom_up=True)
+        outputs = list(sink.src)
     realized = find_realized(outputs)
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
     views: dict[UOp, UOp] = {}
@@ -119,5 +139,5 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], di
         if prod(u.shape) == 0: continue  # nothing to compute
         ast, bufs = kernel_ast(value, u.shape, buf, views)
         items.append(ExecItem(ast, [buffer_of(b) for b in bufs]))
-    return items, {u: views.get(u, u) for u in outputs}
+    return items, views | {req: views.get(out, out) for req, out in zip(requested, outputs, strict=True)}
 
