@@ -120,7 +120,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin):
         items, views = create_schedule([t.uop for t in tensors], self.device)
         run_schedule(items)
         computed.update({node: view for node, view in views.items() if node is not view})
-        for t in tensors: t.uop = views[t.uop]
+        for t, view in [(t, views[t.uop]) for t in tensors]: t.uop = view
         return self
 
     def contiguous(self) -> Tensor:
@@ -129,11 +129,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin):
 
     def _buffer(self) -> Buffer:
         """The buffer holding self in row-major order (realizing a contiguous copy if needed)."""
-        u = self.uop
-        if not (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER) and u.op is not Ops.BUFFER:
-            out = self.contiguous().realize() if u.op is not Ops.CONTIGUOUS else self.realize()
-            u = out.uop
-        return buffer_of(u.src[0] if u.op is Ops.RESHAPE else u)
+        from ember.schedule.kernelize import is_buffer_view
+        u = self.uop if is_buffer_view(self.uop) else (self if self.uop.op is Ops.CONTIGUOUS else self.contiguous())\
+            .realize().uop
+        while u.op is Ops.RESHAPE: u = u.src[0]
+        return buffer_of(u)
 
     def numpy(self) -> np.ndarray:
         """A numpy copy of the values (bfloat16 comes back as float32)."""

@@ -3,7 +3,8 @@
 Before: `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value))`, `value` a tensor-level graph (ALU, RESHAPE, PERMUTE,
         EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS) over DEFINE_GLOBALs and CONSTs.
 After:  `SINK(STORE(INDEX(DEFINE_GLOBAL(0), i), v))`: every output axis is a RANGE, every read a
-        `LOAD(INDEX(DEFINE_GLOBAL(n), i[, gate]))`, every REDUCE_AXIS a `REDUCE(v, *RANGE)`; no movement op remains.
+        `LOAD(INDEX(DEFINE_GLOBAL(n), i[, gate]))`, every REDUCE_AXIS a `REDUCE(v, *RANGE)` (or its identity over
+        an empty axis); no movement op remains. Every DEFINE_GLOBAL of the input is still in the graph.
 
 How: the value at output position (r0, r1, ...) is the tensor-level node `INDEX(node, valid, r0, r1, ...)`. Rules
 push that INDEX down the graph (bottom-up, so each rule sees the original node): through an ALU op onto its
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import strides_for_shape
+from ember.codegen.lowerer import reduce_identity
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
@@ -60,6 +62,7 @@ def reshape_index(idx: tuple[UOp, ...], new: tuple[int, ...], old: tuple[int, ..
 
     Both shapes are cut where their running products agree, so an axis that a reshape leaves alone keeps its index
     as it is and only axes that are merged or split get `//` and `%`."""
+    if 0 in old: return tuple(UOp.const(dtype, 0) for _ in old)  # no element: the read never happens
     cum_new, cum_old = [1, *itertools.accumulate(new, operator.mul)], [1, *itertools.accumulate(old, operator.mul)]
     out: list[UOp] = []
     i = j = 0
@@ -107,6 +110,7 @@ def index_movement(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
 def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
     """A reduced axis of the result loops over a new REDUCE range; the others keep their index."""
     src, (op, axes) = x.src[0], x.arg
+    if any(src.shape[a] == 0 for a in axes): return reduce_identity(op, x.dtype)  # no loop that never runs
     new_idx = tuple(ctx.new_range(s, AxisKind.REDUCE) if a in axes else i
                     for a, (i, s) in enumerate(zip(idx, src.shape, strict=True)))
     ranges = tuple(new_idx[a] for a in axes if new_idx[a].op is Ops.RANGE)
@@ -119,6 +123,11 @@ def index_buffer(x: UOp, g: UOp, valid: UOp, i: UOp) -> UOp | None:
     if isinstance(x.dtype, PtrDType): return None  # already a kernel-level INDEX
     ptr = UOp(Ops.INDEX, g.dtype, (g, i) if valid.op is Ops.CONST and valid.arg else (g, i, valid))
     return UOp(Ops.LOAD, x.dtype, (ptr,))
+
+
+def drop_true_gate(x: UOp, g: UOp, i: UOp) -> UOp:
+    """A gate that simplified to True gates nothing."""
+    return UOp(Ops.INDEX, x.dtype, (g, i))
 
 
 def store_over_ranges(ctx: RangeifyContext, g: UOp, view: UOp, value: UOp) -> UOp:
@@ -142,6 +151,8 @@ pm_rangeify = PatternMatcher([
      lambda x, d: at(d.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("valid"), UPat.var("i")), name="x"),
      index_buffer),
+    (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("i"), UPat.const(dtypes.bool, True)), name="x"),
+     drop_true_gate),
 ])
 
 
@@ -149,5 +160,9 @@ def rangeify(ast: UOp) -> UOp:
     """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
     sizes = [u.dtype.size for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
     index_dtype = dtypes.int64 if max(sizes, default=0) > 2**31 - 1 else dtypes.int32
-    return graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype), bottom_up=True,
+    sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype), bottom_up=True,
                          name="rangeify")
+    # a buffer whose reads all simplified away is still a parameter of the kernel: its slot must not shift
+    kept = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}
+    dropped = [u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL and u not in kept]
+    return sink.replace(src=sink.src + tuple(dropped)) if dropped else sink

@@ -35,8 +35,9 @@ class ExecItem:
 
 
 def is_buffer_view(u: UOp) -> bool:
-    """The node reads a whole buffer in order, so realizing it needs no kernel."""
-    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+    """The node reads a whole buffer in order (the buffer, reshaped any number of times): no kernel needed."""
+    while u.op is Ops.RESHAPE: u = u.src[0]
+    return u.op is Ops.BUFFER
 
 
 def fused_cost(order: dict[UOp, None]) -> dict[UOp, int]:
