@@ -22,9 +22,9 @@ import itertools
 import operator
 from dataclasses import dataclass, field
 
+from ember.codegen.lowerer import reduce_identity
 from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import strides_for_shape
-from ember.codegen.lowerer import reduce_identity
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
