@@ -156,12 +156,56 @@ pm_rangeify = PatternMatcher([
 ])
 
 
+# ---- what a gate says about the index it guards -----------------------------------------------------------------
+
+
+def gate_bounds(gate: UOp) -> dict[UOp, tuple[int, int]]:
+    """Bounds on RANGEs that hold wherever `gate` is true, read off its `c < r` and `r < c` clauses."""
+    bounds: dict[UOp, tuple[int, int]] = {}
+    stack = [gate]
+    while stack:
+        clause = stack.pop()
+        if clause.op is Ops.AND: stack.extend(clause.src)
+        if clause.op is not Ops.CMPLT: continue
+        a, b = clause.src
+        if a.op is Ops.RANGE and b.op is Ops.CONST: rng, lo, hi = a, a.vmin, b.arg - 1
+        elif b.op is Ops.RANGE and a.op is Ops.CONST: rng, lo, hi = b, a.arg + 1, b.vmax
+        else: continue
+        old_lo, old_hi = bounds.get(rng, (rng.vmin, rng.vmax))
+        bounds[rng] = (max(old_lo, lo), min(old_hi, hi))
+    return bounds
+
+
+def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
+    """Simplify a gated read's offset knowing the gate holds: a padded read then needs no `%` to stay in bounds.
+
+    Each bounded RANGE is swapped for a variable with the narrower bounds, the offset simplified, and swapped back."""
+    bounds = {r: b for r, b in gate_bounds(gate).items() if b[0] <= b[1] and b != (r.vmin, r.vmax)}
+    if not bounds: return None
+    narrow = {r: UOp.variable(f"gate{r.arg.axis}", lo, hi, r.dtype) for r, (lo, hi) in bounds.items()}
+    simpler = substitute(graph_rewrite(substitute(i, narrow), symbolic), {v: r for r, v in narrow.items()})
+    return None if simpler is i else UOp(Ops.INDEX, x.dtype, (g, simpler, gate))
+
+
+def substitute(x: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """x with every node in `mapping` replaced."""
+    return graph_rewrite(x, pm_substitute, ctx=mapping, bottom_up=True)
+
+
+pm_substitute = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
+pm_simplify_gated_index = PatternMatcher([
+    (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("i"), UPat.var("gate")), name="x"),
+     simplify_gated_index),
+])
+
+
 def rangeify(ast: UOp) -> UOp:
     """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
     sizes = [u.dtype.size for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
     index_dtype = dtypes.int64 if max(sizes, default=0) > 2**31 - 1 else dtypes.int32
     sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype), bottom_up=True,
                          name="rangeify")
+    sink = graph_rewrite(sink, pm_simplify_gated_index)
     # a buffer whose reads all simplified away is still a parameter of the kernel: its slot must not shift
     kept = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}
     dropped = [u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL and u not in kept]

@@ -198,12 +198,13 @@ def fold_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
         y = build_sum(x.dtype, ((t, k // g) for t, k in terms.items()), const // g)
         return y // (c // g) if is_div else (y % (c // g)) * g
     if x.vmin < 0: return None
+    if x.vmax < c: return x.const_like(0) if is_div else x
     quotient = {t: k // c for t, k in terms.items() if k % c == 0}
+    if not quotient and const < c: return None  # only dropping multiples of d from a constant >= d is progress
     rest = build_sum(x.dtype, ((t, k) for t, k in terms.items() if k % c != 0), const % c)
     if rest.vmin < 0: return None
     q = build_sum(x.dtype, quotient.items(), const // c)
     if rest.vmax < c: return q if is_div else rest
-    if not quotient and const // c == 0: return None
     return q + rest // c if is_div else rest % c
 
 
