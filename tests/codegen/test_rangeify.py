@@ -142,8 +142,6 @@ def test_pad_gives_a_gated_index_and_zero_outside():
     assert where.src[2].op is Ops.CONST and where.src[2].arg == 0
 
 
-@pytest.mark.xfail(strict=True, reason="the gate is not known when the split of the buffer's reshape is folded: a "
-                   "padded read keeps `% 6` although the gate limits the offset to [0, 6)")
 def test_padded_read_index_has_no_modulo():
     (load,) = loads(rangeify(ast_of(Tensor(np.zeros((2, 3), np.float32)).pad(((1, 1), (0, 2))).contiguous())))
     assert "%" not in load.src[0].src[1].render(), load.src[0].src[1].render()
