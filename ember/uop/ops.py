@@ -18,8 +18,8 @@ from typing import Any
 from ember.dtype import DType, PtrDType, dtypes, truncate
 
 
-class Ops(enum.Enum):
-    """Every operation, at every level. ALU ops come last so `GroupOp.ALU` reads as a range of the enum."""
+class Ops(enum.IntEnum):
+    """Every operation, at every level. An IntEnum: its hash is int's, which pattern matching pays on every node."""
 
     # graph structure
     SINK = enum.auto(); NOOP = enum.auto(); AFTER = enum.auto()  # noqa: E702

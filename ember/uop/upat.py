@@ -110,6 +110,7 @@ class Rule:
     fn: Callable[..., Any]
     wants_ctx: bool
     location: str
+    needs_src_ops: frozenset[Ops]  # ops that must appear among a node's sources for the pattern to match
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,12 @@ class RewriteEvent:
 rewrite_log: list[RewriteEvent] = []  # filled while TRACK_REWRITES is set; the visualizer and DEBUG=6 read it
 
 
+def _needed_src_ops(pattern: UPat) -> frozenset[Ops]:
+    """The ops that sub-patterns naming exactly one op require among the sources."""
+    if not isinstance(pattern.src, tuple): return frozenset()
+    return frozenset(next(iter(p.op)) for p in pattern.src if p.op is not None and len(p.op) == 1)
+
+
 def _location(fn: Callable[..., Any]) -> str:
     code = getattr(fn, "__code__", None)
     return f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code else repr(fn)
@@ -134,7 +141,8 @@ class PatternMatcher:
     """An ordered list of rules, indexed by the op each pattern matches. `pm1 + pm2` tries pm1's rules first."""
 
     def __init__(self, rules: list[tuple[UPat, Callable[..., Any]]]) -> None:
-        self.rules = [Rule(p, fn, "ctx" in inspect.signature(fn).parameters, _location(fn)) for p, fn in rules]
+        self.rules = [Rule(p, fn, "ctx" in inspect.signature(fn).parameters, _location(fn), _needed_src_ops(p))
+                      for p, fn in rules]
         self.by_op: dict[Ops, list[Rule]] = {op: [] for op in Ops}
         for rule in self.rules:
             for op in rule.pattern.op if rule.pattern.op is not None else Ops:
@@ -145,7 +153,9 @@ class PatternMatcher:
 
     def rewrite(self, uop: UOp, ctx: Any = None, stage: str = "") -> Any:
         """The replacement the first matching rule gives for `uop`, or None when no rule applies."""
+        src_ops = {s.op for s in uop.src}
         for rule in self.by_op[uop.op]:
+            if not rule.needs_src_ops <= src_ops: continue  # cheap early reject: e.g. `x + 0` needs a CONST source
             for bound in rule.pattern.match(uop, {}):
                 out = rule.fn(ctx=ctx, **bound) if rule.wants_ctx else rule.fn(**bound)
                 if out is not None and out is not uop:
