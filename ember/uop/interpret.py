@@ -42,7 +42,7 @@ def _exp(x: float, base: float) -> float:
 def _max(a: ConstType, b: ConstType) -> ConstType:
     if isinstance(a, float) and math.isnan(a): return a
     if isinstance(b, float) and math.isnan(b): return b
-    return max(a, b)
+    return a if a > b else b  # as the rendered code: max(-0.0, 0.0) is 0.0, like numpy
 
 
 def _fmod(a: float, b: float) -> float:

@@ -97,10 +97,7 @@ def test_upat_int_arg_does_not_match_bool_constant():
     assert not matches(UPat.const(None, 0), UOp.const(dtypes.bool, False))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="UPat arg check rejects a bool node for an int pattern but not the reverse; "
-                          "root cause of where(c, 1, 0) -> c in symbolic")
-def test_upat_bool_arg_does_not_match_int_constant():
+def test_upat_bool_arg_does_not_match_int_constant():  # regression: True matched 1, so where(c, 1, 0) became c
     assert not matches(UPat.const(None, True), one)
 
 
@@ -254,12 +251,8 @@ MAP_GRAPHS = [
 ]
 
 
-MAP_BOTTOM_UP_BUG = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="bottom_up graph_rewrite_map leaves out nodes below a replaced node (they are never visited)")
-
-
-@pytest.mark.parametrize("bottom_up", [False, pytest.param(True, marks=MAP_BOTTOM_UP_BUG)], ids=["default", "bu"])
+# regression (bottom_up): nodes below a node replaced before its sources were visited were left out of the map
+@pytest.mark.parametrize("bottom_up", [False, True], ids=["default", "bottom_up"])
 @pytest.mark.parametrize("build", [g[1] for g in MAP_GRAPHS], ids=[g[0] for g in MAP_GRAPHS])
 def test_graph_rewrite_map_maps_every_input_node(build, bottom_up):
     g = build()
