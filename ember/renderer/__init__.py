@@ -20,8 +20,10 @@ class Renderer:
     has_threads: bool = False  # the outer loops may run in parallel
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None
-    shared_max: int = 0
-    supported_ops: frozenset[Ops] = frozenset()
+    shared_max: int = 0  # bytes of shared memory a workgroup may use
+    vector_widths: tuple[int, ...] = (1,)  # lane counts of the float vectors it can load, store and compute on
+    tensor_cores: tuple = ()  # matrix-multiply units the optimizer may target (none yet)
+    supported_ops: frozenset[Ops] = frozenset()  # ALU ops it renders; lowering decomposes the others
 
     def render(self, name: str, uops: list[UOp]) -> str:
         """Source code of a kernel called `name` from its linearized uops."""
