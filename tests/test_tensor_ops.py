@@ -457,3 +457,22 @@ def test_numpy_returns_an_independent_copy():
     arr = x.numpy()
     arr[0] = 99
     assert x.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("args", [(0, 1, 0.1), (-3.5, 7.25, 0.3), (1e3, 1e3 + 1, 1 / 3), (10, -10, -0.7), (0, 300, 1)])
+def test_arange_is_the_nearest_value_to_start_plus_i_times_step(args):
+    """Each element is start + i*step rounded once (numpy's float64 arange, cast); torch rounds in float32 on the
+    way and can be an ulp off, so numpy is the oracle here."""
+    is_float = any(isinstance(a, float) for a in args)
+    expected = np.arange(*args, dtype=np.float64).astype(np.float32 if is_float else np.int32)
+    got = Tensor.arange(*args)
+    assert got.dtype.name == expected.dtype.name
+    assert len(got) == len(torch.arange(*args))
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_arange_and_eye_fuse_into_their_consumer_without_memory():
+    x = Tensor.arange(12).reshape(3, 4) * 2 + Tensor.eye(3, 4, dtype="int32")
+    (item,) = x.schedule()
+    assert len(item.bufs) == 1  # only the output: the index and the identity are computed in the kernel
+    np.testing.assert_array_equal(x.numpy(), np.arange(12).reshape(3, 4) * 2 + np.eye(3, 4, dtype=np.int32))

@@ -147,6 +147,8 @@ pm_rangeify = PatternMatcher([
     (UPat(Ops.INDEX, src=(UPat(Ops.REDUCE_AXIS),), allow_any_len=True, name="x"),
      lambda ctx, x: index_reduce(ctx, x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="c"),), allow_any_len=True), lambda c: c),
+    (UPat(Ops.INDEX, src=(UPat(Ops.ARANGE, name="a"), UPat.var("valid"), UPat.var("i"))), lambda a, valid, i:
+     i.cast(a.dtype)),  # the value of an ARANGE is its index
     (UPat(Ops.INDEX, src=(UPat(Ops.DETACH, name="d"),), allow_any_len=True, name="x"),
      lambda x, d: at(d.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("valid"), UPat.var("i")), name="x"),

@@ -1,7 +1,8 @@
 """Tensor constructors: zeros, ones, full, empty, arange, eye, rand and randn, and the *_like forms.
 
-Constants are a CONST node broadcast to the shape (no memory until realized). `arange` and the random
-constructors compute their values on the host with numpy and upload them (an in-graph generator is future work).
+Constants are a CONST node broadcast to the shape, and `arange` an ARANGE node (its value is its index): no memory
+until realized, and both fuse into their consumers. The random constructors still draw on the host with numpy and
+upload the values (an on-device counter-based generator is issue 3's).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ember.device import Device
 from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import ShapeError
-from ember.uop.ops import UOp
+from ember.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -73,13 +75,20 @@ class CreationMixin:
         if step == 0: raise ValueError("arange: step must be nonzero")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
-        return cls._host(start + np.arange(n, dtype=np.float64 if dt.is_float else np.int64) * step, dt, device)
+        from ember.tensor import Tensor
+        index = Tensor._from_uop(UOp(Ops.ARANGE, dtypes.int64 if n > 2**31 - 1 else dtypes.int32, arg=n),
+                                 Device.canonicalize(device or Device.DEFAULT))
+        if start == 0 and step == 1: return index.cast(dt)
+        wide = dtypes.float64 if dt.is_float else dtypes.int64  # start + i*step exactly, then one rounding
+        return (index.cast(wide) * step + start).cast(dt)
 
     @classmethod
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """The identity matrix (n x m)."""
         if n < 0 or (m is not None and m < 0): raise ShapeError(f"eye: sizes must be non-negative, got n={n}, m={m}")
-        return cls._host(np.eye(n, m), to_dtype(dtype or dtypes.default_float), device)
+        rows = cls.arange(n, device=device).reshape(n, 1)
+        cols = cls.arange(n if m is None else m, device=device).reshape(1, -1)
+        return rows.eq(cols).cast(dtype or dtypes.default_float)
 
     @classmethod
     def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:

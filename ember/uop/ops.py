@@ -28,7 +28,7 @@ class Ops(enum.IntEnum):
     ASSIGN = enum.auto(); DETACH = enum.auto(); KERNEL = enum.auto()  # noqa: E702
     RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()  # noqa: E702
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
-    REDUCE_AXIS = enum.auto()
+    REDUCE_AXIS = enum.auto(); ARANGE = enum.auto()  # noqa: E702  (ARANGE: the tensor 0..arg-1)
     # kernel level
     DEFINE_GLOBAL = enum.auto(); DEFINE_VAR = enum.auto(); DEFINE_REG = enum.auto()  # noqa: E702
     DEFINE_LOCAL = enum.auto(); SPECIAL = enum.auto()  # noqa: E702
@@ -358,6 +358,7 @@ def _compute_shape(u: UOp) -> tuple[int, ...]:
     if u.op is Ops.BUFFER: return (u.arg.size,)
     if u.op is Ops.DEFINE_GLOBAL: return (u.dtype.size,)
     if u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
+    if u.op is Ops.ARANGE: return (u.arg,)
     if u.op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
     src = u.src[0]._shape if u.src else ()  # type: ignore[attr-defined]  # filled by _bottom_up before us
     if u.op is Ops.PERMUTE: return tuple(src[i] for i in u.arg)
