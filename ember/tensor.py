@@ -9,6 +9,7 @@ realization and conversion back to Python and numpy. Names, arguments and semant
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -58,17 +59,60 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin):
     [3, 7]
     """
 
-    __slots__ = ("uop", "device")
+    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    _needs_grad: weakref.WeakSet[Tensor] = weakref.WeakSet()  # the tensors backward() may fill .grad of
 
-    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None) -> None:
+    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None) -> None:
         self.device = Device.canonicalize(device or Device.DEFAULT)
         self.uop: UOp = _data_to_uop(data, None if dtype is None else to_dtype(dtype), self.device)
+        self.grad: Tensor | None = None
+        self.requires_grad = requires_grad
+        if requires_grad: Tensor._needs_grad.add(self)
 
     @classmethod
     def _from_uop(cls, uop: UOp, device: str) -> Tensor:
         out = cls.__new__(cls)
-        out.uop, out.device = uop, device
+        out.uop, out.device, out.requires_grad, out.grad = uop, device, None, None
         return out
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        if requires_grad: Tensor._needs_grad.add(self)
+        else: Tensor._needs_grad.discard(self)
+        return self
+
+    # ---- derivatives ---------------------------------------------------------------------------------------------
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """d self / d target for each target, as lazy tensors (self must be a scalar unless `gradient` is given).
+
+        >>> x = Tensor([1.0, 2.0, 3.0])
+        >>> (x * x).sum().gradient(x)[0].tolist()
+        [2.0, 4.0, 6.0]
+        """
+        from ember.gradient import compute_gradient
+        if gradient is None:
+            if self.numel() != 1:
+                raise ShapeError(f"gradient: the output has shape {self.shape}; pass `gradient` for a non-scalar")
+            gradient = Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
+        elif gradient.shape != self.shape:
+            raise ShapeError(f"gradient: seed shape {gradient.shape} does not match the output's {self.shape}")
+        grads = compute_gradient(self.uop, gradient, {t.uop for t in targets})
+        return [grads[t.uop] if t.uop in grads else t.zeros_like() for t in targets]
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate d self / d t into `t.grad` for every tensor t with requires_grad that self depends on."""
+        graph = self.uop.toposort()
+        targets = [t for t in Tensor._needs_grad if t.uop in graph]
+        if not targets: raise RuntimeError("backward: no tensor with requires_grad=True is used to compute this one")
+        for t, g in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):
+            t.grad = g if t.grad is None else t.grad + g
+        return self
+
+    def detach(self) -> Tensor:
+        """The same values, with no gradient flowing back through them."""
+        return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
     def _wrap(self, uop: UOp) -> Tensor:
         return Tensor._from_uop(uop, self.device)

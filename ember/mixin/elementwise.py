@@ -181,7 +181,9 @@ class ElementwiseMixin:
         return (a.isnan() | (a < b)).where(a, b) if a.dtype.is_float else (a < b).where(a, b)
 
     def isnan(self: Tensor) -> Tensor: return self.ne(self)
-    def relu(self: Tensor) -> Tensor: return self.maximum(0)
+    def relu(self: Tensor) -> Tensor:
+        """max(x, 0) with torch's derivative at 0 (zero) and NaN kept."""
+        return (self <= 0).where(0, self)
     def sigmoid(self: Tensor) -> Tensor: return (1 + (-self.float_like()).exp()).reciprocal()
 
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:

@@ -1,0 +1,114 @@
+"""Reverse-mode derivatives over tensor-level UOps: one rule per primitive op, written as patterns.
+
+`pm_gradient` matches a forward node (bound as `ret`) with the gradient flowing into it as `ctx` (a Tensor) and
+returns one gradient per source (None where there is none). Composite Tensor methods (softmax, mean, ...) need no
+rule: their gradients come by composition. `compute_gradient` walks the graph once in reverse topological order.
+Gradients are lazy tensors like any other, so they fuse with each other and can be differentiated again.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ember.helpers import argsort
+from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.upat import PatternMatcher, UPat
+
+if TYPE_CHECKING:
+    from ember.tensor import Tensor
+
+Grads = tuple["Tensor | None", ...]
+
+
+def _t(u: UOp, like: Tensor) -> Tensor:
+    return like._wrap(u)
+
+
+def grad_max(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
+    """d max(a, b): to the larger side; a tie splits the gradient in half, as torch does."""
+    x, y = _t(a, ctx), _t(b, ctx)
+    share = (x > y).where(1.0, x.eq(y).where(0.5, 0.0)).cast(ctx.dtype)
+    return ctx * share, ctx * (1 - share)
+
+
+def grad_reduce(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
+    """A sum spreads its gradient over what it summed; a max gives it to the maxima, split evenly among ties."""
+    op, _ = ret.arg
+    spread = ctx.expand(x.shape)
+    if op is Ops.ADD: return (spread,)
+    if op is Ops.MAX:
+        is_max = _t(x, ctx).eq(_t(ret, ctx).expand(x.shape)).cast(ctx.dtype)
+        count = _t(UOp(Ops.REDUCE_AXIS, is_max.dtype, (is_max.uop,), (Ops.ADD, ret.arg[1])), ctx).expand(x.shape)
+        return (spread * is_max / count,)
+    assert op is Ops.MUL
+    return (spread * _t(ret, ctx).expand(x.shape) / _t(x, ctx),)
+
+
+def grad_expand(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
+    """An expand copies: its gradient sums over the copies."""
+    axes = tuple(i for i, (s, r) in enumerate(zip(x.shape, ret.shape, strict=True)) if s != r)
+    summed = _t(UOp(Ops.REDUCE_AXIS, ctx.dtype, (ctx.uop,), (Ops.ADD, axes)), ctx)
+    return (summed,)
+
+
+def grad_pad(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
+    return (ctx.shrink(tuple((b, s - a) for (b, a), s in zip(ret.arg, ret.shape, strict=True))),)
+
+
+def grad_shrink(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
+    return (ctx.pad(tuple((b, s - e) for (b, e), s in zip(ret.arg, x.shape, strict=True))),)
+
+
+def grad_flip(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
+    return (ctx.flip([i for i, f in enumerate(ret.arg) if f]),)
+
+
+pm_gradient = PatternMatcher([
+    (UPat(Ops.CAST, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.cast(x.dtype),)),
+    (UPat((Ops.CONTIGUOUS, Ops.COPY), name="ret"), lambda ctx, ret: (ctx,)),
+    (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),
+    (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * _t(ret, ctx) * _t(ret, ctx),)),
+    (UPat(Ops.EXP, name="ret"), lambda ctx, ret: (ctx * _t(ret, ctx),)),
+    (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * _t(ret, ctx) * math.log(2),)),
+    (UPat(Ops.LOG, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / _t(x, ctx),)),
+    (UPat(Ops.LOG2, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / (_t(x, ctx) * math.log(2)),)),
+    (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (2 * _t(ret, ctx)),)),
+    (UPat(Ops.SIN, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * (_t(x, ctx) + math.pi / 2).sin(),)),
+    (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),
+    (UPat(Ops.SUB, name="ret"), lambda ctx, ret: (ctx, -ctx)),
+    (UPat(Ops.MUL, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
+     (ctx * _t(b, ctx), ctx * _t(a, ctx))),
+    (UPat(Ops.FDIV, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
+     (ctx / _t(b, ctx), -ctx * _t(ret, ctx) / _t(b, ctx))),
+    (UPat(Ops.MAX, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_max),
+    (UPat(Ops.WHERE, name="ret", src=(UPat.var("c"), UPat(), UPat())), lambda ctx, ret, c:
+     (None, _t(c, ctx).where(ctx, 0.0), _t(c, ctx).where(0.0, ctx))),
+    (UPat(GroupOp.Comparison | {Ops.TRUNC, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR}, name="ret"),
+     lambda ctx, ret: (None,) * len(ret.src)),
+    (UPat(Ops.REDUCE_AXIS, name="ret", src=(UPat.var("x"),)), grad_reduce),
+    (UPat(Ops.RESHAPE, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.reshape(x.shape),)),
+    (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(argsort(ret.arg)),)),
+    (UPat(Ops.EXPAND, name="ret", src=(UPat.var("x"),)), grad_expand),
+    (UPat(Ops.PAD, name="ret", src=(UPat.var("x"),)), grad_pad),
+    (UPat(Ops.SHRINK, name="ret", src=(UPat.var("x"),)), grad_shrink),
+    (UPat(Ops.FLIP, name="ret", src=(UPat.var("x"),)), grad_flip),
+])
+
+
+def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
+    """d root / d target for every target that root depends on, as lazy tensors (root_grad seeds the walk)."""
+    order = list(root.toposort(descend=lambda u: u.op is not Ops.DETACH))
+    on_path: set[UOp] = set()  # nodes with a path to a target: only their gradients are needed
+    for u in order:
+        if u in targets or any(s in on_path for s in u.src): on_path.add(u)
+    grads: dict[UOp, Tensor] = {root: root_grad}
+    for u in reversed(order):
+        if u not in grads or u.op is Ops.DETACH: continue
+        if not any(s in on_path for s in u.src): continue
+        src_grads = pm_gradient.rewrite(u, ctx=grads[u])
+        if src_grads is None: raise NotImplementedError(f"gradient: no derivative rule for {u.op.name}")
+        for s, g in zip(u.src, src_grads, strict=True):
+            if g is None or s not in on_path or not (s.dtype.is_float): continue
+            grads[s] = grads[s] + g if s in grads else g
+    return {t: grads[t] for t in targets if t in grads}

@@ -1,0 +1,130 @@
+"""Reverse-mode derivatives against torch: every primitive rule, compositions, second derivatives."""
+
+import numpy as np
+import pytest
+import torch
+
+from ember import Tensor
+from ember.errors import ShapeError
+
+RNG = np.random.default_rng(7)
+X = RNG.uniform(0.5, 2.0, (3, 4)).astype(np.float32)  # positive: log, sqrt and division are defined
+Y = RNG.uniform(-2.0, 2.0, (3, 4)).astype(np.float32)
+Y[0, 0] = X[0, 0]  # a tie for max
+
+def amax(x, axis, keepdim=False):
+    """max over an axis in ember or torch (torch's max(dim) returns a tuple)."""
+    return x.max(axis, keepdim) if isinstance(x, Tensor) else x.amax(axis, keepdim)
+
+
+UNARY = [
+    ("neg", lambda x: -x), ("exp", lambda x: x.exp()), ("log", lambda x: x.log()), ("sqrt", lambda x: x.sqrt()),
+    ("sin", lambda x: x.sin()), ("reciprocal", lambda x: x.reciprocal()), ("exp2", lambda x: x.exp2()),
+    ("log2", lambda x: x.log2()), ("relu", lambda x: (x - 1).relu()), ("sigmoid", lambda x: x.sigmoid()),
+    ("square", lambda x: x.square()), ("abs", lambda x: (x - 1).abs()),
+    ("cast", lambda x: x.double() * 3 if isinstance(x, Tensor) else x.double() * 3),
+]
+BINARY = [
+    ("add", lambda x, y: x + y), ("sub", lambda x, y: x - y), ("mul", lambda x, y: x * y),
+    ("div", lambda x, y: y / x), ("maximum", lambda x, y: x.maximum(y)),
+    ("where", lambda x, y: (x > y).where(x * 2, y * 3) if isinstance(x, Tensor) else torch.where(x > y, x * 2, y * 3)),
+    ("broadcast", lambda x, y: x[:, :1] * y + x[0]),
+]
+SHAPED = [
+    ("sum", lambda x: x.sum(1)), ("sum_all", lambda x: x.sum()), ("mean", lambda x: x.mean(0)),
+    ("max", lambda x: amax(x, 1)), ("max_tie", lambda x: amax(x * 0 + 1, 1) * x.sum(1)),
+    ("reshape", lambda x: x.reshape(2, 6) * Tensor(np.arange(12, dtype=np.float32).reshape(2, 6))
+     if isinstance(x, Tensor) else x.reshape(2, 6) * torch.arange(12, dtype=torch.float32).reshape(2, 6)),
+    ("permute", lambda x: x.permute(1, 0)[:, 1:] * 3), ("expand", lambda x: x.reshape(3, 1, 4).expand(3, 5, 4)),
+    ("pad", lambda x: x.pad(((1, 0), (2, 1))) * 2 if isinstance(x, Tensor) else
+     torch.nn.functional.pad(x, (2, 1, 1, 0)) * 2),
+    ("shrink_slice", lambda x: x[1:, ::2]), ("flip", lambda x: x.flip(1) * torch.arange(4.0)
+     if not isinstance(x, Tensor) else x.flip(1) * Tensor.arange(4.0)),
+    ("matmul", lambda x: x @ x.T), ("softmax", lambda x: (x - amax(x, 1, True)).exp() /
+                                    (x - amax(x, 1, True)).exp().sum(1, keepdim=True)),
+]
+
+
+def grads_of(fn, *arrays):
+    """(ember grads, torch grads) of sum(fn(...) * fixed weights) with respect to every input."""
+    ours = [Tensor(a) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out, ref = fn(*ours), fn(*theirs)
+    weights = np.linspace(-1, 2, ref.numel(), dtype=np.float32).reshape(tuple(ref.shape))
+    loss = (out * Tensor(weights).cast(out.dtype)).sum()
+    (ref * torch.tensor(weights).to(ref.dtype)).sum().backward()
+    return [g.numpy() for g in loss.gradient(*ours)], [t.grad.numpy() for t in theirs]
+
+
+@pytest.mark.parametrize("name, fn", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_gradient_matches_torch(name, fn):
+    (ours,), (theirs,) = grads_of(fn, X)
+    np.testing.assert_allclose(ours, theirs, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name, fn", BINARY, ids=[b[0] for b in BINARY])
+def test_binary_gradient_matches_torch(name, fn):
+    ours, theirs = grads_of(fn, X, Y)
+    for a, b in zip(ours, theirs, strict=True): np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, fn", SHAPED, ids=[s[0] for s in SHAPED])
+def test_reduce_and_movement_gradient_matches_torch(name, fn):
+    (ours,), (theirs,) = grads_of(fn, X)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_backward_fills_grad_of_every_parameter_and_accumulates():
+    w = Tensor(X.copy(), requires_grad=True)
+    b = Tensor(Y[0].copy(), requires_grad=True)
+    tw, tb = torch.tensor(X, requires_grad=True), torch.tensor(Y[0], requires_grad=True)
+    for _ in range(2):  # a second backward adds to .grad, as in torch
+        ((Tensor(Y) @ w.T + b[:3]).relu().sum()).backward()
+        ((torch.tensor(Y) @ tw.T + tb[:3]).relu().sum()).backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-5)
+
+
+def test_second_derivative_matches_the_calculus():
+    x = Tensor(X)
+    (first,) = (x * x * x).sum().gradient(x)  # 3x^2
+    (second,) = first.sum().gradient(x)  # 6x
+    np.testing.assert_allclose(second.numpy(), 6 * X, rtol=1e-6)
+
+
+def test_detach_stops_the_gradient():
+    x = Tensor(X)
+    (g,) = (x * x.detach()).sum().gradient(x)
+    np.testing.assert_allclose(g.numpy(), X, rtol=1e-7)
+
+
+def test_gradient_of_an_unused_input_is_zero_and_forward_kernels_are_unchanged():
+    x, unused = Tensor(X), Tensor(Y)
+    loss = (x.exp() * 2).sum()
+    before = len(loss.schedule())
+    gx, gu = loss.gradient(x, unused)
+    assert gu.numpy().tolist() == np.zeros_like(Y).tolist()
+    np.testing.assert_allclose(gx.numpy(), 2 * np.exp(X), rtol=1e-6)
+    assert len(loss.schedule()) == before
+
+
+def test_gradient_of_a_non_scalar_needs_a_seed():
+    x = Tensor(X)
+    with pytest.raises(ShapeError, match=r"gradient: the output has shape \(3, 4\)"):
+        (x * 2).gradient(x)
+    (g,) = (x * 2).gradient(x, gradient=Tensor(Y))
+    np.testing.assert_allclose(g.numpy(), 2 * Y)
+
+
+def test_backward_without_parameters_says_so():
+    with pytest.raises(RuntimeError, match="no tensor with requires_grad"):
+        Tensor(X).sum().backward()
+
+
+def test_relu_matches_torch_at_zero_and_nan():
+    x = np.array([-1.0, -0.0, 0.0, 2.0, np.nan], np.float32)
+    t = torch.tensor(x, requires_grad=True)
+    torch.relu(t).sum().backward()
+    ours = Tensor(x)
+    np.testing.assert_array_equal(ours.relu().numpy(), torch.relu(torch.tensor(x)).numpy())
+    np.testing.assert_array_equal(ours.relu().sum().gradient(ours)[0].numpy(), t.grad.numpy())
