@@ -21,6 +21,7 @@ from ember.helpers import prod
 from ember.mixin.creation import CreationMixin
 from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.movement import MovementMixin
+from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
 from ember.uop.ops import Ops, UOp
 
@@ -52,7 +53,7 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
-class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin):
+class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()

@@ -1,8 +1,7 @@
-"""Tensor constructors: zeros, ones, full, empty, arange, eye, rand and randn, and the *_like forms.
+"""Tensor constructors: zeros, ones, full, empty, arange, eye, and the *_like forms.
 
 Constants are a CONST node broadcast to the shape, and `arange` an ARANGE node (its value is its index): no memory
-until realized, and both fuse into their consumers. The random constructors still draw on the host with numpy and
-upload the values (an on-device counter-based generator is issue 3's).
+until realized, and both fuse into their consumers. Random tensors are in random.py.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     from ember.tensor import Tensor
 
 
-def _shape_of(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
+def shape_of(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
     out = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
     if any(not isinstance(s, int) or s < 0 for s in out):
         raise ShapeError(f"{op}: shape sizes must be non-negative ints, got {out}")
@@ -32,30 +31,24 @@ class CreationMixin:
     """Class methods that make new tensors."""
 
     __slots__ = ()
-    _rng: np.random.Generator = np.random.default_rng(0)
-
-    @classmethod
-    def manual_seed(cls, seed: int = 0) -> None:
-        """Seed the generator behind rand and randn."""
-        CreationMixin._rng = np.random.default_rng(seed)
 
     @classmethod
     def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
              device: str | None = None) -> Tensor:
         """A tensor of `shape` with every element `fill_value`."""
         from ember.tensor import Tensor
-        dims = _shape_of(shape if isinstance(shape, tuple) else (shape,), "full")
+        dims = shape_of(shape if isinstance(shape, tuple) else (shape,), "full")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         scalar = Tensor(UOp.const(dt, fill_value), device=device)
         return scalar.reshape((1,) * len(dims)).expand(dims) if dims else scalar
 
     @classmethod
     def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return cls.full(_shape_of(shape, "zeros"), 0, dtype or dtypes.default_float, device)
+        return cls.full(shape_of(shape, "zeros"), 0, dtype or dtypes.default_float, device)
 
     @classmethod
     def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return cls.full(_shape_of(shape, "ones"), 1, dtype or dtypes.default_float, device)
+        return cls.full(shape_of(shape, "ones"), 1, dtype or dtypes.default_float, device)
 
     @classmethod
     def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -89,18 +82,6 @@ class CreationMixin:
         rows = cls.arange(n, device=device).reshape(n, 1)
         cols = cls.arange(n if m is None else m, device=device).reshape(1, -1)
         return rows.eq(cols).cast(dtype or dtypes.default_float)
-
-    @classmethod
-    def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        """Uniform samples in [0, 1)."""
-        dt = to_dtype(dtype or dtypes.default_float)
-        return cls._host(CreationMixin._rng.random(_shape_of(shape, "rand")), dt, device)
-
-    @classmethod
-    def randn(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        """Standard normal samples."""
-        dt = to_dtype(dtype or dtypes.default_float)
-        return cls._host(CreationMixin._rng.standard_normal(_shape_of(shape, "randn")), dt, device)
 
     def full_like(self: Tensor, fill_value: Any, dtype: DType | str | None = None) -> Tensor:
         return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)

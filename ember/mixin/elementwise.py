@@ -139,6 +139,8 @@ class ElementwiseMixin:
         if a.dtype.is_float: raise DTypeError(f"{name}: bitwise ops need bool or integer tensors, got {a.dtype.name}")
         return self._wrap(UOp(op, a.dtype, (a.uop, b.uop)))
 
+    def __lshift__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.SHL, x, "lshift")
+    def __rshift__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.SHR, x, "rshift")
     def __and__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.AND, x, "and")
     def __or__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.OR, x, "or")
     def __xor__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.XOR, x, "xor")

@@ -1,0 +1,101 @@
+"""Random tensors from a counter-based generator (Threefry-2x32, 20 rounds) computed in the kernel that uses them.
+
+Element i of the k-th draw after `manual_seed(s)` is a pure function of (s, the draw's counter offset, i), so the
+same seed gives the same numbers on every device and no random state lives in memory. Threefry is Salmon et al.'s
+"Parallel random numbers: as easy as 1, 2, 3" (SC'11); its known-answer vectors are in the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ember.dtype import DType, dtypes, to_dtype
+from ember.errors import DTypeError
+
+if TYPE_CHECKING:
+    from ember.tensor import Tensor
+
+ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+PARITY = 0x1BD11BDA  # Threefry's key-schedule constant
+MANTISSA_BITS = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24}
+
+
+def threefry2x32(key: tuple[int, int], c0: Tensor, c1: Tensor) -> tuple[Tensor, Tensor]:
+    """The two uint32 words Threefry-2x32-20 makes of counters (c0, c1) under `key`."""
+    ks = (key[0], key[1], key[0] ^ key[1] ^ PARITY)
+    x0, x1 = c0 + ks[0], c1 + ks[1]
+    for group in range(5):
+        for r in ROTATIONS[4 * (group % 2): 4 * (group % 2) + 4]:
+            x0 = x0 + x1
+            x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
+        x0, x1 = x0 + ks[(group + 1) % 3], x1 + (ks[(group + 2) % 3] + group + 1) % 2**32
+    return x0, x1
+
+
+class RandomMixin:
+    """rand, randn, randint, uniform, normal: deterministic given `manual_seed`."""
+
+    __slots__ = ()
+    _seed: int = 0
+    _drawn: int = 0  # counters used since the seed was set: each draw takes the next ones
+
+    @classmethod
+    def manual_seed(cls, seed: int = 0) -> None:
+        """Restart the generator: the draws after this are a function of `seed` alone."""
+        RandomMixin._seed, RandomMixin._drawn = seed, 0
+
+    @classmethod
+    def _random_words(cls, n: int, device: str | None) -> tuple[Tensor, Tensor]:
+        """Two tensors of n random uint32 words each, from the next n counters."""
+        from ember.tensor import Tensor
+        start, RandomMixin._drawn = RandomMixin._drawn, RandomMixin._drawn + n
+        counter = Tensor.arange(n, device=device).cast(dtypes.uint64) + start
+        low = (counter & 0xFFFFFFFF).cast(dtypes.uint32)
+        high = (counter >> 32).cast(dtypes.uint32)
+        seed = RandomMixin._seed & 0xFFFFFFFFFFFFFFFF
+        return threefry2x32((seed & 0xFFFFFFFF, seed >> 32), low, high)
+
+    @classmethod
+    def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Uniform samples in [0, 1): the top mantissa-many bits of a random word, so every value is exact."""
+        from ember.mixin.creation import shape_of
+        dims, dt = shape_of(shape, "rand"), to_dtype(dtype or dtypes.default_float)
+        if not dt.is_float: raise DTypeError(f"rand: needs a float dtype, got {dt.name}")
+        n = math.prod(dims)
+        x0, x1 = cls._random_words(n, device)
+        if dt is dtypes.float64:  # 53 bits from two words
+            value = ((x0 >> 5).cast(dt) * 2.0**26 + (x1 >> 6).cast(dt)) * 2.0**-53
+        else:
+            bits = MANTISSA_BITS[dt.scalar]
+            value = ((x0 >> (32 - bits)).cast(dtypes.float32) * 2.0**-bits).cast(dt)
+        return value.reshape(dims)
+
+    @classmethod
+    def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
+                device: str | None = None) -> Tensor:
+        """Uniform samples in [low, high)."""
+        return cls.rand(*shape, dtype=dtype, device=device) * (high - low) + low
+
+    @classmethod
+    def randn(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Standard normal samples (Box-Muller on two uniform draws, computed in float32 or float64)."""
+        from ember.mixin.creation import shape_of
+        dims, dt = shape_of(shape, "randn"), to_dtype(dtype or dtypes.default_float)
+        work = dtypes.float64 if dt is dtypes.float64 else dtypes.float32
+        u1, u2 = cls.rand(*dims, dtype=work, device=device), cls.rand(*dims, dtype=work, device=device)
+        radius = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log is finite
+        return (radius * (u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dt)  # cos(t) = sin(t + pi/2)
+
+    @classmethod
+    def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None,
+               device: str | None = None) -> Tensor:
+        return cls.randn(*shape, dtype=dtype, device=device) * std + mean
+
+    @classmethod
+    def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
+                device: str | None = None) -> Tensor:
+        """Integers uniform in [low, high)."""
+        if high <= low: raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+        dt = to_dtype(dtype or dtypes.default_int)
+        return (cls.rand(*shape, dtype=dtypes.float64, device=device) * (high - low)).floor().cast(dt) + low

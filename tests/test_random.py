@@ -1,0 +1,111 @@
+"""The counter-based generator: Threefry known answers, a Python oracle, determinism and distributions."""
+
+import numpy as np
+import pytest
+
+from ember import Tensor, dtypes
+from ember.errors import DTypeError
+from ember.mixin.random import PARITY, ROTATIONS, threefry2x32
+
+# Random123's known-answer vectors for threefry2x32, 20 rounds: (counter, key, result)
+KNOWN_ANSWERS = [
+    ((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6B200159, 0x99BA4EFE)),
+    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+    ((0x243F6A88, 0x85A308D3), (0x13198A2E, 0x03707344), (0xC4923A9C, 0x483DF7A0)),
+]
+
+
+def threefry_reference(key: tuple[int, int], c0: int, c1: int) -> tuple[int, int]:
+    """Threefry-2x32-20 on Python ints, the oracle for the tensor version."""
+    mask = 0xFFFFFFFF
+    ks = (key[0], key[1], key[0] ^ key[1] ^ PARITY)
+    x0, x1 = (c0 + ks[0]) & mask, (c1 + ks[1]) & mask
+    for group in range(5):
+        for r in ROTATIONS[4 * (group % 2): 4 * (group % 2) + 4]:
+            x0 = (x0 + x1) & mask
+            x1 = (((x1 << r) | (x1 >> (32 - r))) & mask) ^ x0
+        x0, x1 = (x0 + ks[(group + 1) % 3]) & mask, (x1 + ks[(group + 2) % 3] + group + 1) & mask
+    return x0, x1
+
+
+@pytest.mark.parametrize("counter, key, expected", KNOWN_ANSWERS)
+def test_threefry_matches_the_known_answers(counter, key, expected):
+    c0, c1 = (Tensor([c], dtype="uint32") for c in counter)
+    x0, x1 = threefry2x32(key, c0, c1)
+    assert (x0.item(), x1.item()) == expected
+
+
+def test_threefry_matches_the_python_oracle_on_many_counters():
+    rng = np.random.default_rng(3)
+    c0, c1 = rng.integers(0, 2**32, 257, dtype=np.uint64), rng.integers(0, 2**32, 257, dtype=np.uint64)
+    key = (0x9E3779B9, 0x7F4A7C15)
+    x0, x1 = threefry2x32(key, Tensor(c0.astype(np.uint32)), Tensor(c1.astype(np.uint32)))
+    expected = [threefry_reference(key, int(a), int(b)) for a, b in zip(c0, c1)]
+    assert list(zip(x0.tolist(), x1.tolist())) == expected
+
+
+def test_same_seed_same_numbers_and_draws_differ():
+    Tensor.manual_seed(42)
+    first, second = Tensor.rand(1000).numpy(), Tensor.rand(1000).numpy()
+    Tensor.manual_seed(42)
+    np.testing.assert_array_equal(Tensor.rand(1000).numpy(), first)
+    np.testing.assert_array_equal(Tensor.rand(1000).numpy(), second)
+    assert not np.array_equal(first, second)
+    Tensor.manual_seed(43)
+    assert not np.array_equal(Tensor.rand(1000).numpy(), first)
+
+
+@pytest.mark.parametrize("dtype, bits", [("float32", 24), ("float16", 11), ("bfloat16", 8), ("float64", 53)])
+def test_rand_is_in_unit_interval_on_a_grid_of_exact_values(dtype, bits):
+    Tensor.manual_seed(0)
+    x = Tensor.rand(4, 5000, dtype=dtype)
+    assert x.shape == (4, 5000) and x.dtype == getattr(dtypes, dtype)
+    values = x.numpy().astype(np.float64)
+    assert values.min() >= 0 and values.max() < 1
+    np.testing.assert_array_equal(values * 2.0**bits, np.floor(values * 2.0**bits))
+
+
+def test_rand_is_uniform():
+    Tensor.manual_seed(1)
+    x = Tensor.rand(200_000).numpy()
+    counts = np.histogram(x, bins=20, range=(0, 1))[0]
+    chi2 = ((counts - 10_000) ** 2 / 10_000).sum()
+    assert chi2 < 50  # 19 degrees of freedom: 50 is beyond the 99.99th percentile
+    assert abs(x.mean() - 0.5) < 0.003 and abs(x.var() - 1 / 12) < 0.002
+
+
+def test_randn_has_mean_zero_and_unit_variance():
+    Tensor.manual_seed(2)
+    x = Tensor.randn(200_000).numpy()
+    assert abs(x.mean()) < 0.01 and abs(x.std() - 1) < 0.01
+    assert abs((np.abs(x) < 1).mean() - 0.6827) < 0.005  # the normal's mass within one sigma
+
+
+def test_randint_covers_its_range_evenly():
+    Tensor.manual_seed(3)
+    x = Tensor.randint(60_000, low=-3, high=3).numpy()
+    assert x.dtype == np.int32
+    values, counts = np.unique(x, return_counts=True)
+    assert values.tolist() == [-3, -2, -1, 0, 1, 2]
+    assert np.all(np.abs(counts - 10_000) < 500)
+
+
+def test_uniform_and_normal_scale_and_shift():
+    Tensor.manual_seed(4)
+    u = Tensor.uniform(50_000, low=-2.0, high=6.0).numpy()
+    n = Tensor.normal(50_000, mean=3.0, std=0.5).numpy()
+    assert u.min() >= -2 and u.max() < 6 and abs(u.mean() - 2) < 0.05
+    assert abs(n.mean() - 3) < 0.01 and abs(n.std() - 0.5) < 0.01
+
+
+def test_random_values_are_computed_in_the_kernel_that_uses_them():
+    Tensor.manual_seed(5)
+    (item,) = (Tensor.rand(8, 8) * 2).schedule()
+    assert len(item.bufs) == 1  # no uploaded buffer of random numbers
+
+
+def test_bad_random_arguments_are_named():
+    with pytest.raises(DTypeError, match="rand: needs a float dtype, got int32"):
+        Tensor.rand(3, dtype="int32")
+    with pytest.raises(ValueError, match=r"randint: high \(1\) must be greater than low \(1\)"):
+        Tensor.randint(3, low=1, high=1)
