@@ -51,17 +51,20 @@ def fused_cost(order: dict[UOp, None]) -> dict[UOp, int]:
 
 
 def ends_on_private_reduce(u: UOp, consumers: dict[UOp, list[UOp]]) -> bool:
-    """An elementwise chain read only by `u` (reshapes and other views allowed) starts at a reduction read only by it.
+    """u is computed elementwise (views allowed) from a reduction, and nothing else reads the reduction or the
+    values between it and u.
 
     Storing u instead of the reduction costs the same and fuses the chain (relu(x @ w + b)) into the reduce kernel,
     instead of recomputing it for every element the broadcast makes."""
-    stack = [u]
-    while stack:
-        for s in stack.pop().src:
-            if len(consumers[s]) != 1: continue
-            if s.op is Ops.REDUCE_AXIS: return True
-            if s.op in GroupOp.Elementwise or (s.op in GroupOp.Movement and s.op is not Ops.EXPAND): stack.append(s)
-    return False
+    chain = [n for n in u.toposort(descend=lambda n: n is u or n.op in GroupOp.Elementwise or
+                                   (n.op in GroupOp.Movement and n.op is not Ops.EXPAND))]
+    reaches: dict[UOp, bool] = {}  # the node lies on a path from u down to a reduction
+    for n in chain:
+        reaches[n] = n.op is Ops.REDUCE_AXIS or (n.op is not Ops.REDUCE_AXIS and any(reaches.get(s, False)
+                                                                                       for s in n.src))
+    if not any(n.op is Ops.REDUCE_AXIS for n in chain if reaches[n]): return False
+    inside = {n for n in chain if reaches[n]}
+    return all(c in inside for n in inside if n is not u for c in consumers[n])
 
 
 def find_realized(outputs: list[UOp]) -> set[UOp]:

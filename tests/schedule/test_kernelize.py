@@ -326,3 +326,12 @@ def test_counter_mem_scales_with_size(op: Callable):
     small = run_counted(op(Tensor(np.ones(8, np.float32)), Tensor(np.ones(8, np.float32))))[1]
     big = run_counted(op(Tensor(np.ones(64, np.float32)), Tensor(np.ones(64, np.float32))))[1]
     assert (small, big) == (3 * 8 * 4, 3 * 64 * 4)
+
+
+def test_elementwise_chain_after_a_broadcast_reduction_runs_once_in_the_reduce_kernel():
+    a, b, c = (Tensor(np.random.default_rng(i).standard_normal((8, 8)).astype(np.float32)) for i in range(3))
+    first, second = ((a @ b).relu() @ c).schedule()
+    ops = lambda item: [u.op for u in item.ast.toposort()]  # noqa: E731
+    assert Ops.WHERE in ops(first) and Ops.WHERE not in ops(second)  # relu is stored, not recomputed per product
+    expected = np.maximum(a.numpy() @ b.numpy(), 0) @ c.numpy()
+    np.testing.assert_allclose(((a @ b).relu() @ c).numpy(), expected, rtol=1e-5, atol=1e-5)
