@@ -25,6 +25,19 @@ def _t(u: UOp, like: Tensor) -> Tensor:
     return like._wrap(u)
 
 
+def libm_derivative(ret: UOp, x: UOp, like: Tensor) -> Tensor:
+    """f'(x) for the libm functions, in terms of x and of the result y = f(x)."""
+    t, y = _t(x, like), _t(ret, like)
+    return {
+        Ops.COS: lambda: -t.sin(), Ops.TAN: lambda: 1 + y * y, Ops.ASIN: lambda: (1 - t * t).rsqrt(),
+        Ops.ACOS: lambda: -(1 - t * t).rsqrt(), Ops.ATAN: lambda: (1 + t * t).reciprocal(), Ops.SINH: t.cosh,
+        Ops.COSH: t.sinh, Ops.TANH: lambda: 1 - y * y, Ops.ASINH: lambda: (t * t + 1).rsqrt(),
+        Ops.ACOSH: lambda: (t * t - 1).rsqrt(), Ops.ATANH: lambda: (1 - t * t).reciprocal(),
+        Ops.ERF: lambda: (-t * t).exp() * (2 / math.sqrt(math.pi)), Ops.EXPM1: t.exp,
+        Ops.LOG1P: lambda: (1 + t).reciprocal(),
+    }[ret.op]()
+
+
 def grad_max(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     """d max(a, b): to the larger side; a tie splits the gradient in half, as torch does."""
     x, y = _t(a, ctx), _t(b, ctx)
@@ -74,7 +87,8 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.LOG, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / _t(x, ctx),)),
     (UPat(Ops.LOG2, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / (_t(x, ctx) * math.log(2)),)),
     (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (2 * _t(ret, ctx)),)),
-    (UPat(Ops.SIN, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * (_t(x, ctx) + math.pi / 2).sin(),)),
+    (UPat(Ops.SIN, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * _t(x, ctx).cos(),)),
+    (UPat(GroupOp.Libm, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * libm_derivative(ret, x, ctx),)),
     (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),
     (UPat(Ops.SUB, name="ret"), lambda ctx, ret: (ctx, -ctx)),
     (UPat(Ops.MUL, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:

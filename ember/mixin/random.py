@@ -85,7 +85,7 @@ class RandomMixin:
         work = dtypes.float64 if dt is dtypes.float64 else dtypes.float32
         u1, u2 = cls.rand(*dims, dtype=work, device=device), cls.rand(*dims, dtype=work, device=device)
         radius = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log is finite
-        return (radius * (u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dt)  # cos(t) = sin(t + pi/2)
+        return (radius * (u2 * (2 * math.pi)).cos()).cast(dt)
 
     @classmethod
     def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None,

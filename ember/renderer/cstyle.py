@@ -11,7 +11,7 @@ import math
 
 from ember.dtype import AddrSpace, DType, PtrDType, dtypes
 from ember.renderer import Renderer
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
@@ -87,7 +87,7 @@ def render_bitcast(x: UOp, a: str) -> str:
 _BINARY = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
            Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 _LIBM = {Ops.EXP: "exp", Ops.LOG: "log", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt",
-         Ops.TRUNC: "trunc"}
+         Ops.TRUNC: "trunc", **{op: op.name.lower() for op in GroupOp.Libm}}
 
 
 def _src(ctx: dict[UOp, str], x: UOp) -> list[str]:

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Callable, Mapping
 
 from ember.dtype import DType, dtypes, truncate
-from ember.uop.ops import ConstType, Ops, UOp, c_idiv
+from ember.uop.ops import ConstType, GroupOp, Ops, UOp, c_idiv
 
 
 def c_mod(a: int, b: int) -> int:
@@ -49,6 +49,21 @@ def _fmod(a: float, b: float) -> float:
     return math.nan if b == 0 or math.isinf(a) or math.isnan(a) or math.isnan(b) else math.fmod(a, b)
 
 
+def _libm(fn: Callable[[float], float]) -> Callable[[float], float]:
+    """A math-module function with C's answers outside its domain: NaN for invalid input, inf on overflow."""
+    def call(x: float) -> float:
+        if math.isnan(x): return x
+        try:
+            return fn(x)
+        except ValueError:  # acos(2), atanh(1) and such: C gives NaN, or +-inf at a pole
+            if fn is math.atanh and abs(x) == 1: return math.copysign(math.inf, x)
+            if fn is math.acosh and x == math.inf: return math.inf
+            return math.nan
+        except OverflowError:  # sinh, cosh, expm1 of large x
+            return math.copysign(math.inf, x) if fn is math.sinh else math.inf
+    return call
+
+
 def _sin(x: float) -> float: return math.nan if math.isinf(x) else math.sin(x)
 def _sqrt(x: float) -> float: return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
 def _trunc(x: float) -> float: return x if not math.isfinite(x) else math.copysign(float(math.trunc(x)), x)
@@ -70,6 +85,7 @@ def _bitcast(x: ConstType, src: DType, dst: DType) -> ConstType:
 _PYTHON_ALU: dict[Ops, Callable[..., ConstType]] = {
     Ops.NEG: lambda x: -x, Ops.EXP: lambda x: _exp(x, math.e), Ops.EXP2: lambda x: _exp(x, 2.0),
     Ops.LOG: lambda x: _log(x, math.log), Ops.LOG2: lambda x: _log(x, math.log2), Ops.SIN: _sin, Ops.SQRT: _sqrt,
+    **{op: _libm(getattr(math, op.name.lower())) for op in GroupOp.Libm},
     Ops.RECIPROCAL: lambda x: _fdiv(1.0, x), Ops.TRUNC: _trunc,
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _fdiv,
     Ops.IDIV: c_idiv, Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else c_mod(a, b),
@@ -91,7 +107,7 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtype: 
         if dtype.is_int and isinstance(x, float) and not math.isfinite(x): return 0
         return truncate(x if not dtype.is_bool else x != 0, dtype)
     if op is Ops.BITCAST: return _bitcast(operands[0], src_dtype or dtype, dtype)
-    if dtype.is_float and op in (Ops.FDIV, Ops.RECIPROCAL, Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT):
+    if dtype.is_float and op in GroupOp.Transcendental | {Ops.FDIV, Ops.RECIPROCAL}:
         operands = tuple(float(x) for x in operands)
     if dtype.is_float and op is Ops.MOD: operands = tuple(float(x) for x in operands)
     if op in (Ops.IDIV, Ops.MOD) and operands[1] == 0 and not dtype.is_float:

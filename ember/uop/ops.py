@@ -40,6 +40,10 @@ class Ops(enum.IntEnum):
     CAST = enum.auto(); BITCAST = enum.auto(); NEG = enum.auto()  # noqa: E702
     EXP = enum.auto(); LOG = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto()  # noqa: E702
     SIN = enum.auto(); SQRT = enum.auto(); RECIPROCAL = enum.auto(); TRUNC = enum.auto()  # noqa: E702
+    # libm functions: rendered as calls where the device has them, so they are as exact as the C library
+    COS = enum.auto(); TAN = enum.auto(); ASIN = enum.auto(); ACOS = enum.auto(); ATAN = enum.auto()  # noqa: E702
+    SINH = enum.auto(); COSH = enum.auto(); TANH = enum.auto(); ASINH = enum.auto()  # noqa: E702
+    ACOSH = enum.auto(); ATANH = enum.auto(); ERF = enum.auto(); EXPM1 = enum.auto(); LOG1P = enum.auto()  # noqa
     # ALU: binary
     ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); FDIV = enum.auto()  # noqa: E702
     IDIV = enum.auto(); MOD = enum.auto(); MAX = enum.auto(); POW = enum.auto()  # noqa: E702
@@ -54,7 +58,10 @@ class Ops(enum.IntEnum):
 class GroupOp:
     """Named sets of Ops."""
 
-    Unary = frozenset({Ops.NEG, Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC})
+    Libm = frozenset({Ops.COS, Ops.TAN, Ops.ASIN, Ops.ACOS, Ops.ATAN, Ops.SINH, Ops.COSH, Ops.TANH, Ops.ASINH,
+                      Ops.ACOSH, Ops.ATANH, Ops.ERF, Ops.EXPM1, Ops.LOG1P})
+    Unary = frozenset({Ops.NEG, Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL,
+                       Ops.TRUNC}) | Libm
     Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.POW, Ops.CMPLT,
                         Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
@@ -64,7 +71,7 @@ class GroupOp:
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
     Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
-    Transcendental = frozenset({Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW})
+    Transcendental = frozenset({Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW}) | Libm
     Defines = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL})
 
 

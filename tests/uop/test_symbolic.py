@@ -319,7 +319,7 @@ SIGNED = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64]
 UNSIGNED = [dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
 INTS = SIGNED + UNSIGNED
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
-APPROX = {Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}  # transcendental: within a few ulp
+APPROX = {Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW} | GroupOp.Libm  # transcendental: a few ulp
 RTOL = {dtypes.float16: 2e-3, dtypes.bfloat16: 2e-2, dtypes.float32: 1e-6, dtypes.float64: 1e-14}
 
 
@@ -387,13 +387,17 @@ NUMPY_OPS: dict[Ops, Callable[..., np.ndarray]] = {
     Ops.MOD: np.fmod, Ops.MAX: np.maximum, Ops.POW: np.power, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
     Ops.CMPEQ: np.equal, Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
     Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.WHERE: np.where, Ops.MULACC: lambda x, y, z: x * y + z,
+    Ops.COS: np.cos, Ops.TAN: np.tan, Ops.ASIN: np.arcsin, Ops.ACOS: np.arccos, Ops.ATAN: np.arctan,
+    Ops.SINH: np.sinh, Ops.COSH: np.cosh, Ops.TANH: np.tanh, Ops.ASINH: np.arcsinh, Ops.ACOSH: np.arccosh,
+    Ops.ATANH: np.arctanh, Ops.EXPM1: np.expm1, Ops.LOG1P: np.log1p,
+    Ops.ERF: lambda x: np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype),
 }
 TORCH_OPS: dict[Ops, Callable[..., torch.Tensor]] = {
     Ops.NEG: torch.neg, Ops.EXP: torch.exp, Ops.LOG: torch.log, Ops.EXP2: torch.exp2, Ops.LOG2: torch.log2,
     Ops.SIN: torch.sin, Ops.SQRT: torch.sqrt, Ops.RECIPROCAL: torch.reciprocal, Ops.TRUNC: torch.trunc,
     Ops.ADD: torch.add, Ops.SUB: torch.sub, Ops.MUL: torch.mul, Ops.FDIV: torch.div, Ops.MAX: torch.maximum,
     Ops.POW: torch.pow, Ops.CMPLT: torch.lt, Ops.CMPNE: torch.ne, Ops.CMPEQ: torch.eq, Ops.WHERE: torch.where,
-    Ops.MULACC: lambda x, y, z: x * y + z,
+    Ops.MULACC: lambda x, y, z: x * y + z, **{op: getattr(torch, op.name.lower()) for op in GroupOp.Libm},
 }
 
 
