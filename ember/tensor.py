@@ -18,6 +18,7 @@ from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import prod
+from ember.mixin.activation import ActivationMixin
 from ember.mixin.creation import CreationMixin
 from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.movement import MovementMixin
@@ -53,7 +54,7 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
-class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, RandomMixin):
+class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, ReduceMixin, CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()

@@ -200,7 +200,6 @@ class ElementwiseMixin:
     def relu(self: Tensor) -> Tensor:
         """max(x, 0) with torch's derivative at 0 (zero) and NaN kept."""
         return (self <= 0).where(0, self)
-    def sigmoid(self: Tensor) -> Tensor: return (1 + (-self.float_like()).exp()).reciprocal()
 
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         out = self if min_ is None else self.maximum(min_)
