@@ -197,6 +197,8 @@ class ElementwiseMixin:
         return (a.isnan() | (a < b)).where(a, b) if a.dtype.is_float else (a < b).where(a, b)
 
     def isnan(self: Tensor) -> Tensor: return self.ne(self)
+    def isinf(self: Tensor) -> Tensor: return self.abs().eq(float("inf")) if self.dtype.is_float else self.ne(self)
+    def isfinite(self: Tensor) -> Tensor: return (self - self).eq(0)  # inf - inf and NaN - NaN are NaN
     def relu(self: Tensor) -> Tensor:
         """max(x, 0) with torch's derivative at 0 (zero) and NaN kept."""
         return (self <= 0).where(0, self)

@@ -76,6 +76,58 @@ class ReduceMixin:
         total = x.sum(axis, keepdim)
         return total.div(count) if count else total * float("nan")
 
+    def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
+        """The mean squared deviation over `axis`, divided by n - correction instead of n (Bessel's by default)."""
+        x = self.float_like()
+        n = 1
+        for a in self._reduce_axes(axis, "var"): n *= self.shape[a]
+        deviation = x - x.mean(axis, keepdim=True)
+        return deviation.square().sum(axis, keepdim).div(max(n - correction, 0))
+
+    def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) without overflow: the max is taken out first (and kept finite for all -inf rows)."""
+        x = self.float_like()
+        peak = x.max(axis, keepdim=True)
+        peak = peak.isinf().where(0.0, peak).detach()
+        out = (x - peak).exp().sum(axis, keepdim=True).log() + peak
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape)
+                                                     if i not in self._reduce_axes(axis, "logsumexp")))
+
+    def softmax(self: Tensor, axis: int = -1) -> Tensor:
+        e = (self.float_like() - self.float_like().max(axis, keepdim=True).detach()).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
+        return self.float_like() - self.logsumexp(axis, keepdim=True)
+
+    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index (int64) of the first largest element over `axis` (of the flattened tensor when None); NaN wins."""
+        from ember.tensor import Tensor
+        if axis is None: return self.flatten().argmax(0).reshape((1,) * self.ndim if keepdim else ())
+        a = self._axis(axis, "argmax")
+        self._check_nonempty(a, "argmax")
+        n = self.shape[a]
+        is_peak = self.eq(self.max(a, keepdim=True))
+        if self.dtype.is_float: is_peak = is_peak | self.isnan()
+        countdown = Tensor.arange(n, 0, -1, dtype="int64", device=self.device).reshape(
+            tuple(n if i == a else 1 for i in range(self.ndim)))
+        first = is_peak.where(countdown, 0).max(a, keepdim)
+        return (n - first).cast("int64")
+
+    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index of the first smallest element."""
+        flipped = -self if self.dtype.is_float else ~self  # ~x = -x-1 reverses the order without overflow
+        return flipped.argmax(axis, keepdim)
+
+    def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        return self.ne(0).max(axis, keepdim) if self.numel() else self.ne(0).sum(axis, keepdim).ne(0)
+
+    def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        return self.logical_not().any(axis, keepdim).logical_not()
+
     def _check_nonempty(self: Tensor, axis: Axis, name: str) -> None:
         for a in self._reduce_axes(axis, name):
             if self.shape[a] == 0:

@@ -1,0 +1,83 @@
+"""var, std, logsumexp, softmax, log_softmax, argmax, argmin, any, all against torch (values and gradients)."""
+
+import numpy as np
+import pytest
+import torch
+
+from ember import Tensor
+from ember.errors import ShapeError
+
+RNG = np.random.default_rng(11)
+A = RNG.standard_normal((5, 7)).astype(np.float32)
+B = RNG.standard_normal((3, 4, 6)).astype(np.float32) * 30  # large values: softmax must not overflow
+
+# (name, ember, torch, input)
+DIFFERENTIABLE = [
+    ("var", lambda x: x.var(1), lambda t: t.var(1), A), ("var_all", lambda x: x.var(), lambda t: t.var(), A),
+    ("var_c0_keepdim", lambda x: x.var(0, keepdim=True, correction=0),
+     lambda t: t.var(0, keepdim=True, correction=0), A),
+    ("std", lambda x: x.std((0, 2)), lambda t: t.std((0, 2)), B), ("std_all", lambda x: x.std(), lambda t: t.std(), A),
+    ("logsumexp", lambda x: x.logsumexp(2), lambda t: t.logsumexp(2), B),
+    ("logsumexp_keepdim", lambda x: x.logsumexp(0, keepdim=True), lambda t: t.logsumexp(0, keepdim=True), A),
+    ("softmax", lambda x: x.softmax(-1), lambda t: t.softmax(-1), B), ("softmax0", lambda x: x.softmax(0),
+                                                                       lambda t: t.softmax(0), A),
+    ("log_softmax", lambda x: x.log_softmax(1), lambda t: t.log_softmax(1), B),
+]
+
+
+@pytest.mark.parametrize("name, ours, theirs, x", DIFFERENTIABLE, ids=[d[0] for d in DIFFERENTIABLE])
+def test_value_and_gradient_match_torch(name, ours, theirs, x):
+    t = torch.tensor(x.astype(np.float64), requires_grad=True)
+    expected = theirs(t)
+    weights = np.linspace(-1, 1, expected.numel()).reshape(tuple(expected.shape))
+    (expected * torch.tensor(weights)).sum().backward()
+    e = Tensor(x)
+    out = ours(e)
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=2e-5, atol=1e-5)
+    (grad,) = (out * Tensor(weights.astype(np.float32))).sum().gradient(e)
+    np.testing.assert_allclose(grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+INDEX_INPUTS = [
+    np.array([[1, 3, 3, -1], [np.nan, 2, 5, 5], [0, 0, 0, 0], [-np.inf, -np.inf, -np.inf, -np.inf]], np.float32),
+    RNG.integers(-5, 5, (6, 9)).astype(np.int32),
+    RNG.integers(-2**31, 2**31 - 1, (4, 3), dtype=np.int64).astype(np.int32),  # extremes: no overflow allowed
+]
+
+
+@pytest.mark.parametrize("x", INDEX_INPUTS, ids=["float_ties_nan", "int32", "int32_extremes"])
+@pytest.mark.parametrize("fn", ["argmax", "argmin"])
+@pytest.mark.parametrize("axis, keepdim", [(None, False), (0, False), (1, True), (-1, False)])
+def test_argmax_argmin_give_torchs_first_index(x, fn, axis, keepdim):
+    t = torch.tensor(x)
+    expected = getattr(t, fn)() if axis is None else getattr(t, fn)(axis, keepdim=keepdim)
+    got = getattr(Tensor(x), fn)(axis, keepdim)
+    assert got.dtype.name == "int64" and got.shape == tuple(expected.shape)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("x", [A > 0, (A > 2).astype(np.int32), np.zeros((0, 3), bool), np.ones((2, 0), np.float32)])
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_any_all_match_torch(x, axis):
+    t = torch.tensor(x)
+    for fn in ("any", "all"):
+        expected = getattr(t, fn)() if axis is None else getattr(t, fn)(axis)
+        got = getattr(Tensor(x), fn)(axis)
+        assert got.dtype.name == "bool"
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_logsumexp_of_infinite_rows_matches_torch():
+    x = np.array([[-np.inf, -np.inf], [1.0, np.inf], [3.0, 4.0]], np.float32)
+    np.testing.assert_array_equal(Tensor(x).logsumexp(1).numpy(), torch.tensor(x).logsumexp(1).numpy())
+
+
+def test_isinf_isfinite_match_numpy():
+    x = np.array([1.0, np.inf, -np.inf, np.nan, -0.0], np.float32)
+    np.testing.assert_array_equal(Tensor(x).isinf().numpy(), np.isinf(x))
+    np.testing.assert_array_equal(Tensor(x).isfinite().numpy(), np.isfinite(x))
+
+
+def test_argmax_of_an_empty_axis_is_an_error():
+    with pytest.raises(ShapeError, match=r"argmax: cannot reduce axis 0 of size 0 in \(0, 3\)"):
+        Tensor(np.zeros((0, 3), np.float32)).argmax(0)
