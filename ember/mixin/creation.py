@@ -83,6 +83,42 @@ class CreationMixin:
         cols = cls.arange(n if m is None else m, device=device).reshape(1, -1)
         return rows.eq(cols).cast(dtype or dtypes.default_float)
 
+    @classmethod
+    def linspace(cls, start: float, end: float, steps: int, dtype: DType | str | None = None,
+                 device: str | None = None) -> Tensor:
+        """`steps` evenly spaced values from start to end inclusive, as torch: the first half counts up from start,
+        the second half down from end, so both ends are exact."""
+        if steps < 0: raise ShapeError(f"linspace: steps must be non-negative, got {steps}")
+        dt = to_dtype(dtype or dtypes.default_float)
+        if steps == 1: return cls.full((1,), start, dt, device)
+        step = (end - start) / max(steps - 1, 1)
+        i = cls.arange(steps, device=device).cast(dtypes.float64)
+        values = (i < steps // 2).where(i * step + start, end - (steps - 1 - i) * step)
+        return values.cast(dt)
+
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+        """The lower triangle of the last two axes (j <= i + diagonal), zeros above."""
+        return self._triangle(diagonal, lower=True)
+
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+        """The upper triangle of the last two axes (j >= i + diagonal), zeros below."""
+        return self._triangle(diagonal, lower=False)
+
+    def _triangle(self: Tensor, diagonal: int, lower: bool) -> Tensor:
+        if self.ndim < 2: raise ShapeError(f"{'tril' if lower else 'triu'}: needs at least 2 axes, got {self.shape}")
+        n, m = self.shape[-2:]
+        rows = type(self).arange(n, device=self.device).reshape(n, 1)
+        cols = type(self).arange(m, device=self.device).reshape(1, m)
+        keep = (cols <= rows + diagonal) if lower else (cols >= rows + diagonal)
+        return keep.where(self, 0)
+
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        """An int64 tensor with a new last axis of `num_classes`, 1 at each value's index (torch's one_hot)."""
+        if not self.dtype.is_int: raise ShapeError(f"one_hot: needs an integer tensor, got {self.dtype.name}")
+        if num_classes < 0: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+        classes = type(self).arange(num_classes, device=self.device)
+        return self.unsqueeze(-1).eq(classes).cast(dtypes.int64)
+
     def full_like(self: Tensor, fill_value: Any, dtype: DType | str | None = None) -> Tensor:
         return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ember.dtype import least_upper_dtype
 from ember.errors import ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp
@@ -191,4 +192,80 @@ class MovementMixin:
             x = x.reshape(x.shape[:axis] + (n, step) + x.shape[axis + 1:])
             x = x.shrink([None] * (axis + 1) + [(0, 1)] + [None] * (x.ndim - axis - 2))
             x = x.reshape(x.shape[:axis + 1] + x.shape[axis + 2:])
+        return x
+
+    # ---- joining and splitting -----------------------------------------------------------------------------------
+
+    def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """self and `others` joined along `dim`; every other axis must match.
+
+        Each piece is padded to the full length and the pieces are selected by position with `where`, so the values
+        are copied exactly (adding zero-padded pieces would turn -0.0 into 0.0)."""
+        from ember.tensor import Tensor
+        tensors = [self, *others]
+        d = self._axis(dim, "cat")
+        for t in tensors[1:]:
+            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape, strict=True))
+                                          if i != d):
+                raise ShapeError(f"cat: shapes {self.shape} and {t.shape} differ outside axis {d}")
+        dtype = tensors[0].dtype
+        for t in tensors[1:]: dtype = least_upper_dtype(dtype, t.dtype)
+        sizes = [t.shape[d] for t in tensors]
+        total = sum(sizes)
+        position = Tensor.arange(total, device=self.device).reshape(tuple(total if i == d else 1
+                                                                          for i in range(self.ndim)))
+        out: Tensor | None = None
+        end = total
+        for t, size in zip(reversed(tensors), reversed(sizes), strict=True):  # the last piece is the fallback
+            start = end - size
+            piece = t.cast(dtype).pad(tuple((start, total - end) if i == d else (0, 0) for i in range(self.ndim)))
+            out = piece if out is None else (position < end).where(piece, out)
+            end = start
+        assert out is not None
+        return out
+
+    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """self and `others` (all of one shape) joined along a new axis `dim`."""
+        d = self._axis(dim, "unsqueeze")
+        return self.unsqueeze(d).cat(*(t.unsqueeze(d) for t in others), dim=d)
+
+    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces of `sizes` elements along `dim` (an int: pieces of that size, the last one shorter)."""
+        d = self._axis(dim, "split")
+        n = self.shape[d]
+        if isinstance(sizes, int):
+            if sizes <= 0: raise ShapeError(f"split: piece size must be positive, got {sizes}")
+            sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+        if sum(sizes) != n:
+            raise ShapeError(f"split: sizes {list(sizes)} add up to {sum(sizes)}, not {n} ({self.shape})")
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return tuple(self.shrink(tuple((s, s + k) if i == d else None for i in range(self.ndim)))
+                     for s, k in zip(starts, sizes, strict=True))
+
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """`chunks` pieces of equal size along `dim` (the last may be smaller), as torch.chunk."""
+        if chunks <= 0: raise ShapeError(f"chunk: number of chunks must be positive, got {chunks}")
+        return self.split(max(1, -(-self.shape[self._axis(dim, "chunk")] // chunks)), dim)
+
+    def repeat(self: Tensor, *repeats: int | Sequence[int]) -> Tensor:
+        """The tensor tiled `repeats[i]` times along each axis (new leading axes allowed), as torch.repeat."""
+        reps = _shape_arg(repeats)
+        if len(reps) < self.ndim: raise ShapeError(f"repeat: {reps} has fewer entries than the axes of {self.shape}")
+        shape = (1,) * (len(reps) - self.ndim) + self.shape
+        x = self.reshape(tuple(v for s in shape for v in (1, s)))
+        x = x.expand(tuple(v for r, s in zip(reps, shape, strict=True) for v in (r, s)))
+        return x.reshape(tuple(r * s for r, s in zip(reps, shape, strict=True)))
+
+    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int]) -> Tensor:
+        """Elements shifted along `dims` by `shifts`, wrapping around."""
+        shifts_ = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        dims_ = (dims,) if isinstance(dims, int) else tuple(dims)
+        if len(shifts_) != len(dims_): raise ShapeError(f"roll: {len(shifts_)} shifts for {len(dims_)} dims")
+        x = self
+        for shift, dim in zip(shifts_, dims_, strict=True):
+            d = self._axis(dim, "roll")
+            n = x.shape[d]
+            if n == 0 or shift % n == 0: continue
+            head, tail = x.split([n - shift % n, shift % n], d)
+            x = tail.cat(head, dim=d)
         return x
