@@ -45,6 +45,19 @@ def grad_max(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     return ctx * share, ctx * (1 - share)
 
 
+def grad_pow(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
+    """d a**b = b * a**(b-1) da + a**b * log(a) db; the db term is 0 where a == 0 (torch's convention)."""
+    x, y, out = _t(a, ctx), _t(b, ctx), _t(ret, ctx)
+    return ctx * y * x.pow(y - 1), ctx * x.eq(0).where(0.0, out * x.log())
+
+
+def grad_atan2(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
+    """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)."""
+    y, x = _t(a, ctx), _t(b, ctx)
+    norm = x * x + y * y
+    return ctx * x / norm, -ctx * y / norm
+
+
 def grad_reduce(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
     """A sum spreads its gradient over what it summed; a max gives it to the maxima, split evenly among ties."""
     op, _ = ret.arg
@@ -96,9 +109,15 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.FDIV, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
      (ctx / _t(b, ctx), -ctx * _t(ret, ctx) / _t(b, ctx))),
     (UPat(Ops.MAX, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_max),
+    (UPat(Ops.POW, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_pow),
+    (UPat(Ops.MULACC, name="ret", src=(UPat.var("a"), UPat.var("b"), UPat())), lambda ctx, ret, a, b:
+     (ctx * _t(b, ctx), ctx * _t(a, ctx), ctx)),
+    (UPat(Ops.ATAN2, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_atan2),
     (UPat(Ops.WHERE, name="ret", src=(UPat.var("c"), UPat(), UPat())), lambda ctx, ret, c:
      (None, _t(c, ctx).where(ctx, 0.0), _t(c, ctx).where(0.0, ctx))),
-    (UPat(GroupOp.Comparison | {Ops.TRUNC, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR}, name="ret"),
+    (UPat(Ops.MOD, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
+     (ctx, -ctx * (_t(a, ctx) / _t(b, ctx)).trunc())),  # fmod(a, b) = a - trunc(a/b) * b
+    (UPat(GroupOp.Comparison | {Ops.TRUNC, Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR}, name="ret"),
      lambda ctx, ret: (None,) * len(ret.src)),
     (UPat(Ops.REDUCE_AXIS, name="ret", src=(UPat.var("x"),)), grad_reduce),
     (UPat(Ops.RESHAPE, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.reshape(x.shape),)),

@@ -192,6 +192,37 @@ class ElementwiseMixin:
 
     def maximum(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.MAX, x, "maximum")
 
+    def pow(self: Tensor, exponent: Any) -> Tensor:
+        """self ** exponent with libm's pow (integer tensors compute in float64 and convert back)."""
+        a, b = self._operands("pow", exponent)
+        if a.dtype.is_float: return self._wrap(UOp(Ops.POW, a.dtype, (a.uop, b.uop)))
+        return a.double().pow(b.double()).cast(a.dtype)
+
+    def __pow__(self: Tensor, x: Any) -> Tensor: return self.pow(x)
+    def __rpow__(self: Tensor, x: Any) -> Tensor: return self._operands("pow", x)[1].pow(self)
+
+    def atan2(self: Tensor, other: Any) -> Tensor:
+        """The angle of (other, self): atan(self / other) in the right quadrant, as libm's atan2(y, x)."""
+        a, b = (t.float_like() for t in self._operands("atan2", other))
+        return self._wrap(UOp(Ops.ATAN2, a.dtype, (a.uop, b.uop)))
+
+    def remainder(self: Tensor, other: Any) -> Tensor:
+        """self - floor(self / other) * other: the result takes the sign of the divisor, as torch and Python."""
+        a, b = self._operands("remainder", other)
+        r = self._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))  # C: the sign of the dividend (fmod for floats)
+        return (r.ne(0) & ((r < 0) ^ (b < 0))).where(r + b, r)
+
+    def __mod__(self: Tensor, x: Any) -> Tensor: return self.remainder(x)
+    def __rmod__(self: Tensor, x: Any) -> Tensor: return self._operands("remainder", x)[1].remainder(self)
+
+    def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
+        """self + weight * (end - self), computed from the nearer end as torch does, so weight 1 gives end exactly."""
+        start, stop, w = (t.float_like() for t in self._operands("lerp", end, weight))
+        diff = stop - start
+        near_start = self._wrap(UOp(Ops.MULACC, w.dtype, (w.uop, diff.uop, start.uop)))  # fused, as torch's fma
+        near_end = self._wrap(UOp(Ops.MULACC, w.dtype, ((-diff).uop, (1 - w).uop, stop.uop)))
+        return (w.abs() < 0.5).where(near_start, near_end)
+
     def minimum(self: Tensor, x: Any) -> Tensor:
         a, b = self._operands("minimum", x)
         return (a.isnan() | (a < b)).where(a, b) if a.dtype.is_float else (a < b).where(a, b)

@@ -100,10 +100,12 @@ pm_render_c = PatternMatcher([
     (UPat(tuple(_BINARY), name="x"), lambda ctx, x: f"({_src(ctx, x)[0]}{_BINARY[x.op]}{_src(ctx, x)[1]})"),
     (UPat(tuple(_LIBM), name="x"), lambda ctx, x: _libm(_LIBM[x.op], x.dtype, ctx[x.src[0]])),
     (UPat(Ops.POW, name="x"), lambda ctx, x: _libm("pow", x.dtype, *_src(ctx, x))),
+    (UPat(Ops.ATAN2, name="x"), lambda ctx, x: _libm("atan2", x.dtype, *_src(ctx, x))),
     (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
     (UPat(Ops.RECIPROCAL, name="x"), lambda ctx, x: f"(1/{ctx[x.src[0]]})"),
     (UPat(Ops.MAX, name="x"), lambda ctx, x: render_max(x, *_src(ctx, x))),
     (UPat(Ops.WHERE, name="x"), lambda ctx, x: "({}?{}:{})".format(*_src(ctx, x))),
+    (UPat(Ops.MULACC, name="x", dtype=FLOATS), lambda ctx, x: _libm("fma", x.dtype, *_src(ctx, x))),  # one rounding
     (UPat(Ops.MULACC, name="x"), lambda ctx, x: "(({}*{})+{})".format(*_src(ctx, x))),
     (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({c_type(x.dtype)})({ctx[x.src[0]]}))"),
     (UPat(Ops.BITCAST, name="x"), lambda ctx, x: render_bitcast(x, ctx[x.src[0]])),

@@ -90,6 +90,7 @@ _PYTHON_ALU: dict[Ops, Callable[..., ConstType]] = {
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _fdiv,
     Ops.IDIV: c_idiv, Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else c_mod(a, b),
     Ops.MAX: _max, Ops.POW: _pow,
+    Ops.ATAN2: lambda y, x: math.nan if math.isnan(x) or math.isnan(y) else math.atan2(y, x),
     Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
     Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
     Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,

@@ -46,7 +46,7 @@ class Ops(enum.IntEnum):
     ACOSH = enum.auto(); ATANH = enum.auto(); ERF = enum.auto(); EXPM1 = enum.auto(); LOG1P = enum.auto()  # noqa
     # ALU: binary
     ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); FDIV = enum.auto()  # noqa: E702
-    IDIV = enum.auto(); MOD = enum.auto(); MAX = enum.auto(); POW = enum.auto()  # noqa: E702
+    IDIV = enum.auto(); MOD = enum.auto(); MAX = enum.auto(); POW = enum.auto(); ATAN2 = enum.auto()  # noqa: E702
     CMPLT = enum.auto(); CMPNE = enum.auto(); CMPEQ = enum.auto()  # noqa: E702
     AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()  # noqa: E702
     # ALU: ternary
@@ -62,7 +62,7 @@ class GroupOp:
                       Ops.ACOSH, Ops.ATANH, Ops.ERF, Ops.EXPM1, Ops.LOG1P})
     Unary = frozenset({Ops.NEG, Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL,
                        Ops.TRUNC}) | Libm
-    Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.POW, Ops.CMPLT,
+    Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.POW, Ops.ATAN2, Ops.CMPLT,
                         Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
     ALU = Unary | Binary | Ternary
@@ -71,7 +71,7 @@ class GroupOp:
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
     Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
-    Transcendental = frozenset({Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW}) | Libm
+    Transcendental = frozenset({Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.ATAN2}) | Libm
     Defines = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL})
 
 

@@ -319,7 +319,7 @@ SIGNED = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64]
 UNSIGNED = [dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
 INTS = SIGNED + UNSIGNED
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
-APPROX = {Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW} | GroupOp.Libm  # transcendental: a few ulp
+APPROX = {Ops.EXP, Ops.LOG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.ATAN2} | GroupOp.Libm  # transcendental: a few ulp
 RTOL = {dtypes.float16: 2e-3, dtypes.bfloat16: 2e-2, dtypes.float32: 1e-6, dtypes.float64: 1e-14}
 
 
@@ -333,6 +333,7 @@ def _int_pairs(dt: DType, op: Ops) -> list[tuple[int, int]]:
 
 def _float_pairs(op: Ops) -> list[tuple[float, float]]:
     if op is Ops.POW: return [(2.0, 3.0), (1.5, -0.25), (-2.0, 0.5), (0.0, -1.0), (4.0, 0.5)]
+    if op is Ops.ATAN2: return [(1.0, 2.0), (-1.0, -0.5), (0.0, -1.0), (-0.0, -1.0), (3.0, 0.0)]
     pairs = [(1.5, -0.25), (0.1, 0.2), (-2.0, 3.0), (1.0, 0.0), (0.0, 0.0), (math.nan, 1.0), (math.inf, 2.0),
              (3.0, 3.0)]
     return pairs if op is Ops.MAX else pairs + [(-0.0, 0.0)]  # max(-0.0, 0.0) may be either zero (IEEE maxNum)
@@ -353,7 +354,7 @@ def _fold_cases() -> list[tuple[Ops, DType, tuple]]:
                                                                      (p[1] == 0 or p == (dt.min, -1)))]
         cases += [(Ops.WHERE, dt, (c, 7, dt.max)) for c in (True, False)]
         cases += [(Ops.MULACC, dt, (7, 3, 5)), (Ops.MULACC, dt, (dt.max, 2, 3))]
-    float_ops = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ]
+    float_ops = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.ATAN2, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ]
     for dt in FLOATS:
         cases += [(Ops.NEG, dt, (v,)) for v in UNARY_VALUES]
         cases += [(op, dt, (v,)) for op in UNARY_FLOAT for v in UNARY_VALUES]
@@ -384,7 +385,8 @@ NUMPY_OPS: dict[Ops, Callable[..., np.ndarray]] = {
     Ops.NEG: np.negative, Ops.EXP: np.exp, Ops.LOG: np.log, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin,
     Ops.SQRT: np.sqrt, Ops.RECIPROCAL: lambda x: np.divide(np.ones_like(x), x), Ops.TRUNC: np.trunc,
     Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.FDIV: np.true_divide, Ops.IDIV: _c_int_div,
-    Ops.MOD: np.fmod, Ops.MAX: np.maximum, Ops.POW: np.power, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
+    Ops.MOD: np.fmod, Ops.MAX: np.maximum, Ops.POW: np.power, Ops.ATAN2: np.arctan2, Ops.CMPLT: np.less,
+    Ops.CMPNE: np.not_equal,
     Ops.CMPEQ: np.equal, Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
     Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.WHERE: np.where, Ops.MULACC: lambda x, y, z: x * y + z,
     Ops.COS: np.cos, Ops.TAN: np.tan, Ops.ASIN: np.arcsin, Ops.ACOS: np.arccos, Ops.ATAN: np.arctan,
@@ -396,7 +398,8 @@ TORCH_OPS: dict[Ops, Callable[..., torch.Tensor]] = {
     Ops.NEG: torch.neg, Ops.EXP: torch.exp, Ops.LOG: torch.log, Ops.EXP2: torch.exp2, Ops.LOG2: torch.log2,
     Ops.SIN: torch.sin, Ops.SQRT: torch.sqrt, Ops.RECIPROCAL: torch.reciprocal, Ops.TRUNC: torch.trunc,
     Ops.ADD: torch.add, Ops.SUB: torch.sub, Ops.MUL: torch.mul, Ops.FDIV: torch.div, Ops.MAX: torch.maximum,
-    Ops.POW: torch.pow, Ops.CMPLT: torch.lt, Ops.CMPNE: torch.ne, Ops.CMPEQ: torch.eq, Ops.WHERE: torch.where,
+    Ops.POW: torch.pow, Ops.ATAN2: torch.atan2, Ops.CMPLT: torch.lt, Ops.CMPNE: torch.ne, Ops.CMPEQ: torch.eq,
+    Ops.WHERE: torch.where,
     Ops.MULACC: lambda x, y, z: x * y + z, **{op: getattr(torch, op.name.lower()) for op in GroupOp.Libm},
 }
 

@@ -1,0 +1,49 @@
+"""pow, atan2, remainder (%) and lerp against torch, values and gradients."""
+
+import numpy as np
+import pytest
+import torch
+
+from ember import Tensor
+
+RNG = np.random.default_rng(9)
+POS = RNG.uniform(0.2, 3.0, (4, 5)).astype(np.float32)
+ANY = RNG.uniform(-3.0, 3.0, (4, 5)).astype(np.float32)
+ANY[0, :3] = [0.0, -0.0, 2.0]
+
+CASES = [  # (name, ember and torch expression, inputs)
+    ("pow", lambda a, b: a ** b, (POS, ANY)), ("pow_scalar", lambda a, b: a ** 3 + b ** 2, (ANY, ANY)),
+    ("rpow", lambda a, b: 2 ** a * b, (ANY, POS)), ("atan2", lambda a, b: a.atan2(b), (ANY, POS - 1.5)),
+    ("remainder", lambda a, b: a % b, (ANY * 3, POS)), ("remainder_neg", lambda a, b: a % -b, (ANY * 3, POS)),
+    ("lerp", lambda a, b: a.lerp(b, 0.3), (ANY, POS)),
+    ("lerp_tensor_weight", lambda a, b: a.lerp(b, b / 3), (ANY, POS)),
+]
+
+
+@pytest.mark.parametrize("name, fn, inputs", CASES, ids=[c[0] for c in CASES])
+def test_value_and_gradient_match_torch(name, fn, inputs):
+    theirs = [torch.tensor(x, requires_grad=True) for x in inputs]
+    ours = [Tensor(x) for x in inputs]
+    expected, out = fn(*theirs), fn(*ours)
+    expected.sum().backward()
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-6, atol=1e-6)
+    for g, t in zip(out.sum().gradient(*ours), theirs, strict=True):
+        np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("a, b", [(-7, 2), (7, -2), (-6, 3), (5, -5), (0, -3), (-1, 7)])
+def test_integer_remainder_takes_the_divisors_sign(a, b):
+    assert (Tensor([a]) % Tensor([b])).item() == a % b
+    assert (Tensor([a]) % b).item() == a % b
+
+
+def test_lerp_is_exact_at_the_ends_and_fused_like_torch():
+    a, b = Tensor(ANY), Tensor(POS)
+    np.testing.assert_array_equal(a.lerp(b, 1.0).numpy(), POS)
+    np.testing.assert_array_equal(a.lerp(b, 0.0).numpy(), ANY)
+    for w in (0.3, 0.7, -0.2, 1.5):
+        np.testing.assert_array_equal(a.lerp(b, w).numpy(), torch.tensor(ANY).lerp(torch.tensor(POS), w).numpy())
+
+
+def test_integer_pow_is_exact():
+    np.testing.assert_array_equal((Tensor([2, 3, -4, 10]) ** 3).numpy(), np.array([8, 27, -64, 1000], np.int32))
