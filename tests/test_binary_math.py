@@ -47,3 +47,13 @@ def test_lerp_is_exact_at_the_ends_and_fused_like_torch():
 
 def test_integer_pow_is_exact():
     np.testing.assert_array_equal((Tensor([2, 3, -4, 10]) ** 3).numpy(), np.array([8, 27, -64, 1000], np.int32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_is_half_to_even_like_torch(dtype):
+    halves = np.arange(-6, 6) + 0.5
+    x = np.concatenate([halves, RNG.uniform(-1e3, 1e3, 200), [np.inf, -np.inf, np.nan, -0.0, -0.4, 2**52 + 1.0]])
+    x = x.astype(dtype)
+    got, expected = Tensor(x).round().numpy(), torch.tensor(x).round().numpy()
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))

@@ -184,6 +184,15 @@ class ElementwiseMixin:
         t = self.trunc()
         return (t < self).where(t + 1, t) if self.dtype.is_float else self
 
+    def round(self: Tensor) -> Tensor:
+        """The nearest integer, halves to even (torch.round), from exact steps: trunc, then the fraction's size."""
+        if not self.dtype.is_float: return self
+        t = self.trunc()
+        frac = (self - t).abs()  # exact: x and trunc(x) share their high bits
+        away = t + (self < 0).where(-1.0, 1.0).cast(self.dtype)
+        is_odd = self._wrap(UOp(Ops.MOD, t.dtype, (t.uop, t._const(2, t.dtype).uop))).ne(0)
+        return ((frac > 0.5) | (frac.eq(0.5) & is_odd)).where(away, t)
+
     def float_like(self: Tensor) -> Tensor: return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
     def square(self: Tensor) -> Tensor: return self * self
