@@ -9,8 +9,7 @@ import contextlib
 import functools
 import math
 import os
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -69,19 +68,6 @@ def prod(xs: Iterable[int]) -> int:
     return math.prod(xs)
 
 
-def dedup(xs: Iterable[T]) -> list[T]:
-    """The items of `xs` without repeats, in first-seen order."""
-    return list(dict.fromkeys(xs))
-
-
-def all_same(xs: Sequence[object]) -> bool:
-    return all(x == xs[0] for x in xs)
-
-
-def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
-    return [x for xs in xss for x in xs]
-
-
 def argsort(xs: Sequence[Any]) -> list[int]:
     return sorted(range(len(xs)), key=xs.__getitem__)
 
@@ -101,22 +87,6 @@ def cache_dir() -> str:
     return os.getenv("EMBER_CACHE") or os.path.join(base, "ember")
 
 
-@contextlib.contextmanager
-def timed(out: list[float]) -> Iterator[None]:
-    """Append the seconds the block took to `out`."""
-    start = time.perf_counter()
-    yield
-    out.append(time.perf_counter() - start)
-
-
 def colored(text: str, color: str) -> str:
     codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "gray": 90}
     return f"\033[{codes[color]}m{text}\033[0m" if os.isatty(1) else text
-
-
-def to_function_name(text: str) -> str:
-    """A C identifier made from `text`."""
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in text)
-
-
-Fn = Callable[..., Any]
