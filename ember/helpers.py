@@ -10,9 +10,7 @@ import functools
 import math
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 
 @functools.cache
@@ -42,7 +40,6 @@ class ContextVar:
 DEBUG = ContextVar("DEBUG", 0)  # 1: kernels and times, 2: + schedule, 3: + opts, 4: + source, 5: + uops, 6: + rewrites
 SPEC = ContextVar("SPEC", 0)  # check every stage's output against ember/uop/spec.py
 TRACK_REWRITES = ContextVar("TRACK_REWRITES", 0)  # record every rule firing (rule, before, after)
-NOOPT = ContextVar("NOOPT", 0)  # skip the optimizer's heuristics
 CACHELEVEL = ContextVar("CACHELEVEL", 1)  # 0 disables the on-disk compile cache
 
 
