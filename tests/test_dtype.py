@@ -22,7 +22,7 @@ from ember.dtype import (
     truncate,
 )
 from ember.errors import DTypeError
-from ember.helpers import DEBUG, NOOPT, Context
+from ember.helpers import DEBUG, SPEC, Context
 
 ALL = [DTYPES_BY_NAME[n] for n in SCALARS]
 INTS = [d for d in ALL if d.is_int]
@@ -264,11 +264,11 @@ def _restore_flags():
 
 
 def test_context_sets_flags_inside_and_restores_after():
-    before, noopt = DEBUG.value, NOOPT.value
-    with Context(DEBUG=before + 3, NOOPT=noopt + 1) as ctx:
-        assert DEBUG.value == before + 3 and NOOPT.value == noopt + 1 and isinstance(ctx, Context)
+    before, noopt = DEBUG.value, SPEC.value
+    with Context(DEBUG=before + 3, SPEC=noopt + 1) as ctx:
+        assert DEBUG.value == before + 3 and SPEC.value == noopt + 1 and isinstance(ctx, Context)
         assert DEBUG >= before + 3 and DEBUG > before and not DEBUG < before + 3
-    assert DEBUG.value == before and NOOPT.value == noopt
+    assert DEBUG.value == before and SPEC.value == noopt
 
 
 def test_context_nests():
