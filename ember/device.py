@@ -51,9 +51,6 @@ class Buffer:
     @property
     def nbytes(self) -> int: return self.size * self.dtype.itemsize
 
-    @property
-    def is_allocated(self) -> bool: return self._raw is not None
-
     def ensure_allocated(self) -> Buffer:
         if self._raw is None: self._raw = Device[self.device].allocator.alloc(self.nbytes)
         return self

@@ -181,8 +181,6 @@ def to_dtype(x: DType | str | type | np.dtype) -> DType:
 
 # ---- promotion --------------------------------------------------------------------------------------------------
 
-_INT_ORDER = {("i", 1): 0, ("i", 2): 1, ("i", 4): 2, ("i", 8): 3}
-
 
 @cache
 def _promote_pair(a: DType, b: DType) -> DType:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ember.dtype import dtypes
 from ember.helpers import argsort
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
@@ -48,7 +49,7 @@ def grad_max(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
 def grad_pow(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     """d a**b = b * a**(b-1) da + a**b * log(a) db; the db term is 0 where a == 0 (torch's convention)."""
     x, y, out = _t(a, ctx), _t(b, ctx), _t(ret, ctx)
-    return ctx * y * x.pow(y - 1), ctx * x.eq(0).where(0.0, out * x.log())
+    return ctx * y.eq(0).where(0.0, y * x.pow(y - 1)), ctx * x.eq(0).where(0.0, out * x.log())
 
 
 def grad_atan2(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
@@ -67,8 +68,14 @@ def grad_reduce(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
         is_max = _t(x, ctx).eq(_t(ret, ctx).expand(x.shape)).cast(ctx.dtype)
         count = _t(UOp(Ops.REDUCE_AXIS, is_max.dtype, (is_max.uop,), (Ops.ADD, ret.arg[1])), ctx).expand(x.shape)
         return (spread * is_max / count,)
-    assert op is Ops.MUL
-    return (spread * _t(ret, ctx).expand(x.shape) / _t(x, ctx),)
+    assert op is Ops.MUL  # d prod / d x_i is the product of the others: ret / x_i unless some x are zero
+    t, axes = _t(x, ctx), ret.arg[1]
+    is_zero = t.eq(0)
+    zeros = _t(UOp(Ops.REDUCE_AXIS, dtypes.int32, (is_zero.cast(dtypes.int32).uop,), (Ops.ADD, axes)), ctx)
+    others = _t(UOp(Ops.REDUCE_AXIS, t.dtype, (is_zero.where(1, t).uop,), (Ops.MUL, axes)), ctx)
+    zeros, others = zeros.expand(x.shape), others.expand(x.shape)
+    lone_zero = zeros.eq(1) & is_zero
+    return (spread * zeros.eq(0).where(_t(ret, ctx).expand(x.shape) / t, lone_zero.where(others, 0.0)),)
 
 
 def grad_expand(ctx: Tensor, ret: UOp, x: UOp) -> Grads:

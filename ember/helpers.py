@@ -37,7 +37,7 @@ class ContextVar:
     def __repr__(self) -> str: return f"{self.key}={self.value}"
 
 
-DEBUG = ContextVar("DEBUG", 0)  # 1: kernels and times, 2: + schedule, 3: + opts, 4: + source, 5: + uops, 6: + rewrites
+DEBUG = ContextVar("DEBUG", 0)  # 1: kernels and times, 2: + schedule, 4: + source, 5: + uops, 6: + rewrites
 SPEC = ContextVar("SPEC", 0)  # check every stage's output against ember/uop/spec.py
 TRACK_REWRITES = ContextVar("TRACK_REWRITES", 0)  # record every rule firing (rule, before, after)
 CACHELEVEL = ContextVar("CACHELEVEL", 1)  # 0 disables the on-disk compile cache

@@ -69,8 +69,8 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, ReduceMixin, Crea
         self.device = Device.canonicalize(device or Device.DEFAULT)
         self.uop: UOp = _data_to_uop(data, None if dtype is None else to_dtype(dtype), self.device)
         self.grad: Tensor | None = None
-        self.requires_grad = requires_grad
-        if requires_grad: Tensor._needs_grad.add(self)
+        self.requires_grad = None
+        if requires_grad: self.requires_grad_()
 
     @classmethod
     def _from_uop(cls, uop: UOp, device: str) -> Tensor:
@@ -79,8 +79,15 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, ReduceMixin, Crea
         return out
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Mark self as a leaf whose gradient backward() fills in.
+
+        A leaf is stored in a buffer of its own first: gradients are found by node, and equal constants are one
+        node (hash-consing), so `Tensor(2.0)` as a parameter must not be the same node as a constant 2.0."""
+        from ember.schedule.kernelize import is_buffer_view
         self.requires_grad = requires_grad
-        if requires_grad: Tensor._needs_grad.add(self)
+        if requires_grad:
+            if not is_buffer_view(self.uop): self.uop = self.contiguous().realize().uop
+            Tensor._needs_grad.add(self)
         else: Tensor._needs_grad.discard(self)
         return self
 

@@ -128,3 +128,40 @@ def test_relu_matches_torch_at_zero_and_nan():
     ours = Tensor(x)
     np.testing.assert_array_equal(ours.relu().numpy(), torch.relu(torch.tensor(x)).numpy())
     np.testing.assert_array_equal(ours.relu().sum().gradient(ours)[0].numpy(), t.grad.numpy())
+
+
+def test_equal_scalar_parameters_and_constants_keep_separate_gradients():
+    a, b = Tensor(2.0, requires_grad=True), Tensor(3.0, requires_grad=True)
+    (a * Tensor(2.0) + b * 3.0).backward()
+    assert (a.grad.item(), b.grad.item()) == (2.0, 3.0)
+    ones = Tensor.ones(3).requires_grad_()
+    (ones * Tensor.ones(3)).sum().backward()
+    assert ones.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("values", [[2.0, 0.0, 3.0], [2.0, 0.0, 0.0], [1.5, -2.0, 4.0]])
+def test_prod_gradient_with_zeros_matches_torch(values):
+    t = torch.tensor(values, requires_grad=True)
+    t.prod().backward()
+    x = Tensor(values)
+    np.testing.assert_allclose(x.prod().gradient(x)[0].numpy(), t.grad.numpy())
+
+
+@pytest.mark.parametrize("name, ours, theirs", [
+    ("clamp_at_bounds", lambda x: x.clamp(0, 1), lambda t: t.clamp(0, 1)),
+    ("pow_zero_exponent", lambda x: x ** 0, lambda t: t ** 0),
+    ("abs_at_zero", lambda x: x.abs(), lambda t: t.abs()),
+])
+def test_derivatives_at_kinks_match_torch(name, ours, theirs):
+    values = np.array([0.0, 1.0, 0.5, -1.0, 2.0, -0.0], np.float32)
+    t = torch.tensor(values, requires_grad=True)
+    theirs(t).sum().backward()
+    x = Tensor(values)
+    np.testing.assert_array_equal(ours(x).sum().gradient(x)[0].numpy(), t.grad.numpy())
+    np.testing.assert_array_equal(ours(x).numpy(), theirs(torch.tensor(values)).numpy())
+    np.testing.assert_array_equal(np.signbit(ours(x).numpy()), np.signbit(theirs(torch.tensor(values)).numpy()))
+
+
+def test_reducing_over_an_empty_axis_tuple_reduces_everything_and_squeeze_of_0d_is_itself():
+    assert Tensor([1.0, 2.0]).sum(()).item() == torch.tensor([1.0, 2.0]).sum(()).item()
+    assert Tensor(3.0).squeeze(0).shape == tuple(torch.tensor(3.0).squeeze(0).shape)

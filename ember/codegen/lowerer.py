@@ -1,4 +1,4 @@
-"""Lower REDUCE to an accumulator loop and close every loop with END. Runs after optimize, before linearize.
+"""Lower REDUCE to an accumulator loop and close every loop with END. Runs after rangeify, before linearize.
 
 Before: `REDUCE(v, *ranges)` values; STOREs inside output RANGEs that nothing closes.
 After:  no REDUCE. Each became a register: set to the identity where the reduction starts, updated inside its ranges,

@@ -27,7 +27,7 @@ class ActivationMixin:
         x = self.float_like() * beta
         return (x > threshold).where(self.float_like(), x.exp().log1p() / beta)
 
-    def relu6(self: Tensor) -> Tensor: return self.relu().minimum(6)
+    def relu6(self: Tensor) -> Tensor: return self.hardtanh(0, 6)
 
     def leaky_relu(self: Tensor, negative_slope: float = 0.01) -> Tensor:
         return (self > 0).where(self, self * negative_slope)  # at 0 the slope is negative_slope, as torch
@@ -61,5 +61,6 @@ class ActivationMixin:
     def hardsigmoid(self: Tensor) -> Tensor: return (self + 3).relu6() / 6
     def hardswish(self: Tensor) -> Tensor: return self * (self + 3).relu6() / 6
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        return self.clamp(min_val, max_val)
+        """x limited to [min_val, max_val]; unlike clamp the derivative is 0 at the bounds, as torch's."""
+        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
     def logsigmoid(self: Tensor) -> Tensor: return -(-self).softplus()

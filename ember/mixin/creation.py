@@ -9,10 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ember.device import Device
-from ember.dtype import DType, dtypes, to_dtype, to_numpy
+from ember.dtype import DType, dtypes, to_dtype
 from ember.errors import ShapeError
 from ember.uop.ops import Ops, UOp
 
@@ -54,11 +52,6 @@ class CreationMixin:
     def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A tensor whose values are unspecified until written (ember gives zeros)."""
         return cls.zeros(*shape, dtype=dtype, device=device).contiguous()
-
-    @classmethod
-    def _host(cls, values: np.ndarray, dtype: DType, device: str | None) -> Tensor:
-        from ember.tensor import Tensor
-        return Tensor(values.astype(to_numpy(dtype)), device=device, dtype=dtype)
 
     @classmethod
     def arange(cls, start: float, stop: float | None = None, step: float = 1, dtype: DType | str | None = None,

@@ -196,7 +196,10 @@ class ElementwiseMixin:
     def float_like(self: Tensor) -> Tensor: return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
     def square(self: Tensor) -> Tensor: return self * self
-    def abs(self: Tensor) -> Tensor: return self if self.dtype.is_unsigned else (self < 0).where(-self, self)
+    def abs(self: Tensor) -> Tensor:
+        """|x|: +0.0 for -0.0 and a zero derivative at 0, as torch (x - x is +0.0 for both zeros, NaN for NaN)."""
+        if self.dtype.is_unsigned or self.dtype.is_bool: return self
+        return (self < 0).where(-self, (self > 0).where(self, self - self))
     def sign(self: Tensor) -> Tensor: return (self < 0).where(-1, (self > 0).where(1, 0)).cast(self.dtype)
 
     def maximum(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.MAX, x, "maximum")
@@ -244,8 +247,9 @@ class ElementwiseMixin:
         return (self <= 0).where(0, self)
 
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
-        out = self if min_ is None else self.maximum(min_)
-        return out if max_ is None else out.minimum(max_)
+        """self limited to [min_, max_]; the gradient flows to self inside and at the bounds (as torch)."""
+        out = self if min_ is None else (self < min_).where(min_, self)
+        return out if max_ is None else (out > max_).where(max_, out)
 
     clip = clamp
 

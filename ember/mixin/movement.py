@@ -134,6 +134,7 @@ class MovementMixin:
 
     def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
         if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+        if self.ndim == 0: return self
         d = self._axis(dim, "squeeze")
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 

@@ -26,7 +26,7 @@ class ReduceMixin:
     __slots__ = ()
 
     def _reduce_axes(self: Tensor, axis: Axis, op: str) -> tuple[int, ...]:
-        if axis is None: return tuple(range(self.ndim))
+        if axis is None or axis == (): return tuple(range(self.ndim))  # torch: an empty tuple reduces everything
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         out = tuple(sorted({self._axis(a, op) for a in axes}))
         if self.ndim == 0: return ()

@@ -22,7 +22,7 @@ class Renderer:
     local_max: tuple[int, ...] | None = None
     shared_max: int = 0  # bytes of shared memory a workgroup may use
     vector_widths: tuple[int, ...] = (1,)  # lane counts of the float vectors it can load, store and compute on
-    tensor_cores: tuple = ()  # matrix-multiply units the optimizer may target (none yet)
+    tensor_cores: tuple = ()  # matrix-multiply units kernels may use (none are used yet)
     supported_ops: frozenset[Ops] = frozenset()  # ALU ops it renders; lowering decomposes the others
 
     def render(self, name: str, uops: list[UOp]) -> str:

@@ -11,7 +11,7 @@ import math
 import struct
 from collections.abc import Callable, Mapping
 
-from ember.dtype import DType, dtypes, truncate
+from ember.dtype import DType, truncate
 from ember.uop.ops import ConstType, GroupOp, Ops, UOp, c_idiv
 
 
@@ -127,8 +127,3 @@ def evaluate(root: UOp, values: Mapping[UOp, ConstType] | None = None) -> ConstT
         elif u.op in (Ops.DEFINE_VAR, Ops.RANGE): raise KeyError(f"evaluate: no value for {u.render()}")
         else: env[u] = exec_alu(u.op, u.dtype, tuple(env[s] for s in u.src), u.src[0].dtype if u.src else None)
     return env[root]
-
-
-def value_of(x: ConstType, dtype: DType) -> ConstType:
-    """`x` as the Python type that holds `dtype` values (bool, int or float)."""
-    return bool(x) if dtype is dtypes.bool else int(x) if dtype.is_int else float(x)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,14 +253,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
             stack.extend((s, False) for s in reversed(node.src) if s not in order)
         return order
 
-    @property
-    def is_const(self) -> bool: return self.op is Ops.CONST
-
-    @property
-    def const_value(self) -> ConstType:
-        assert self.op is Ops.CONST, f"not a constant: {self.op}"
-        return self.arg
-
     def _bottom_up(self, attr: str, compute: Callable[[UOp], Any]) -> Any:
         """Compute a cached per-node attribute for all sources first, without recursion."""
         if attr in self.__dict__: return self.__dict__[attr]
@@ -436,8 +428,3 @@ def print_graph(root: UOp) -> str:
         arg = "" if u.arg is None else f", arg={u.arg!r}"
         lines.append(f"n{i} = UOp({u.op!r}, {u.dtype!r}, ({src}{',' if len(u.src) == 1 else ''}){arg})")
     return "\n".join(lines)
-
-
-def iter_ops(root: UOp, ops: frozenset[Ops] | set[Ops]) -> Iterator[UOp]:
-    """The nodes below root whose op is in `ops`."""
-    return (u for u in root.toposort() if u.op in ops)

@@ -123,7 +123,7 @@ class RewriteEvent:
     after: Any
 
 
-rewrite_log: list[RewriteEvent] = []  # filled while TRACK_REWRITES is set; the visualizer and DEBUG=6 read it
+rewrite_log: list[RewriteEvent] = []  # filled while TRACK_REWRITES is set, for tests and a future visualizer
 
 
 def _needed_src_ops(pattern: UPat) -> frozenset[Ops]:
