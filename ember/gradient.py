@@ -9,6 +9,7 @@ Gradients are lazy tensors like any other, so they fuse with each other and can 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ember.dtype import dtypes
@@ -22,39 +23,42 @@ if TYPE_CHECKING:
 Grads = tuple["Tensor | None", ...]
 
 
-def _t(u: UOp, like: Tensor) -> Tensor:
+def as_tensor(u: UOp, like: Tensor) -> Tensor:
+    """A forward node as a Tensor on the device of `like`, so rules can use Tensor arithmetic."""
     return like._wrap(u)
 
 
-def libm_derivative(ret: UOp, x: UOp, like: Tensor) -> Tensor:
-    """f'(x) for the libm functions, in terms of x and of the result y = f(x)."""
-    t, y = _t(x, like), _t(ret, like)
-    return {
-        Ops.COS: lambda: -t.sin(), Ops.TAN: lambda: 1 + y * y, Ops.ASIN: lambda: (1 - t * t).rsqrt(),
-        Ops.ACOS: lambda: -(1 - t * t).rsqrt(), Ops.ATAN: lambda: (1 + t * t).reciprocal(), Ops.SINH: t.cosh,
-        Ops.COSH: t.sinh, Ops.TANH: lambda: 1 - y * y, Ops.ASINH: lambda: (t * t + 1).rsqrt(),
-        Ops.ACOSH: lambda: (t * t - 1).rsqrt(), Ops.ATANH: lambda: (1 - t * t).reciprocal(),
-        Ops.ERF: lambda: (-t * t).exp() * (2 / math.sqrt(math.pi)), Ops.EXPM1: t.exp,
-        Ops.LOG1P: lambda: (1 + t).reciprocal(),
-    }[ret.op]()
+# f'(x) of each libm function, from x and from the result y = f(x)
+LIBM_DERIVATIVES: dict[Ops, Callable[[Tensor, Tensor], Tensor]] = {
+    Ops.COS: lambda x, y: -x.sin(), Ops.TAN: lambda x, y: 1 + y * y, Ops.ASIN: lambda x, y: (1 - x * x).rsqrt(),
+    Ops.ACOS: lambda x, y: -(1 - x * x).rsqrt(), Ops.ATAN: lambda x, y: (1 + x * x).reciprocal(),
+    Ops.SINH: lambda x, y: x.cosh(), Ops.COSH: lambda x, y: x.sinh(), Ops.TANH: lambda x, y: 1 - y * y,
+    Ops.ASINH: lambda x, y: (x * x + 1).rsqrt(), Ops.ACOSH: lambda x, y: (x * x - 1).rsqrt(),
+    Ops.ATANH: lambda x, y: (1 - x * x).reciprocal(), Ops.ERF: lambda x, y: (-x * x).exp() * (2 / math.sqrt(math.pi)),
+    Ops.EXPM1: lambda x, y: x.exp(), Ops.LOG1P: lambda x, y: (1 + x).reciprocal(),
+}
+
+
+def grad_libm(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
+    return (ctx * LIBM_DERIVATIVES[ret.op](as_tensor(x, ctx), as_tensor(ret, ctx)),)
 
 
 def grad_max(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     """d max(a, b): to the larger side; a tie splits the gradient in half, as torch does."""
-    x, y = _t(a, ctx), _t(b, ctx)
+    x, y = as_tensor(a, ctx), as_tensor(b, ctx)
     share = (x > y).where(1.0, x.eq(y).where(0.5, 0.0)).cast(ctx.dtype)
     return ctx * share, ctx * (1 - share)
 
 
 def grad_pow(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     """d a**b = b * a**(b-1) da + a**b * log(a) db; the db term is 0 where a == 0 (torch's convention)."""
-    x, y, out = _t(a, ctx), _t(b, ctx), _t(ret, ctx)
+    x, y, out = as_tensor(a, ctx), as_tensor(b, ctx), as_tensor(ret, ctx)
     return ctx * y.eq(0).where(0.0, y * x.pow(y - 1)), ctx * x.eq(0).where(0.0, out * x.log())
 
 
 def grad_atan2(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)."""
-    y, x = _t(a, ctx), _t(b, ctx)
+    y, x = as_tensor(a, ctx), as_tensor(b, ctx)
     norm = x * x + y * y
     return ctx * x / norm, -ctx * y / norm
 
@@ -65,23 +69,23 @@ def grad_reduce(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
     spread = ctx.expand(x.shape)
     if op is Ops.ADD: return (spread,)
     if op is Ops.MAX:
-        is_max = _t(x, ctx).eq(_t(ret, ctx).expand(x.shape)).cast(ctx.dtype)
-        count = _t(UOp(Ops.REDUCE_AXIS, is_max.dtype, (is_max.uop,), (Ops.ADD, ret.arg[1])), ctx).expand(x.shape)
+        is_max = as_tensor(x, ctx).eq(as_tensor(ret, ctx).expand(x.shape)).cast(ctx.dtype)
+        count = as_tensor(UOp(Ops.REDUCE_AXIS, is_max.dtype, (is_max.uop,), (Ops.ADD, ret.arg[1])), ctx).expand(x.shape)
         return (spread * is_max / count,)
     assert op is Ops.MUL  # d prod / d x_i is the product of the others: ret / x_i unless some x are zero
-    t, axes = _t(x, ctx), ret.arg[1]
+    t, axes = as_tensor(x, ctx), ret.arg[1]
     is_zero = t.eq(0)
-    zeros = _t(UOp(Ops.REDUCE_AXIS, dtypes.int32, (is_zero.cast(dtypes.int32).uop,), (Ops.ADD, axes)), ctx)
-    others = _t(UOp(Ops.REDUCE_AXIS, t.dtype, (is_zero.where(1, t).uop,), (Ops.MUL, axes)), ctx)
+    zeros = as_tensor(UOp(Ops.REDUCE_AXIS, dtypes.int32, (is_zero.cast(dtypes.int32).uop,), (Ops.ADD, axes)), ctx)
+    others = as_tensor(UOp(Ops.REDUCE_AXIS, t.dtype, (is_zero.where(1, t).uop,), (Ops.MUL, axes)), ctx)
     zeros, others = zeros.expand(x.shape), others.expand(x.shape)
     lone_zero = zeros.eq(1) & is_zero
-    return (spread * zeros.eq(0).where(_t(ret, ctx).expand(x.shape) / t, lone_zero.where(others, 0.0)),)
+    return (spread * zeros.eq(0).where(as_tensor(ret, ctx).expand(x.shape) / t, lone_zero.where(others, 0.0)),)
 
 
 def grad_expand(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
     """An expand copies: its gradient sums over the copies."""
     axes = tuple(i for i, (s, r) in enumerate(zip(x.shape, ret.shape, strict=True)) if s != r)
-    summed = _t(UOp(Ops.REDUCE_AXIS, ctx.dtype, (ctx.uop,), (Ops.ADD, axes)), ctx)
+    summed = as_tensor(UOp(Ops.REDUCE_AXIS, ctx.dtype, (ctx.uop,), (Ops.ADD, axes)), ctx)
     return (summed,)
 
 
@@ -101,29 +105,29 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.CAST, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.cast(x.dtype),)),
     (UPat((Ops.CONTIGUOUS, Ops.COPY), name="ret"), lambda ctx, ret: (ctx,)),
     (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),
-    (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * _t(ret, ctx) * _t(ret, ctx),)),
-    (UPat(Ops.EXP, name="ret"), lambda ctx, ret: (ctx * _t(ret, ctx),)),
-    (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * _t(ret, ctx) * math.log(2),)),
-    (UPat(Ops.LOG, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / _t(x, ctx),)),
-    (UPat(Ops.LOG2, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / (_t(x, ctx) * math.log(2)),)),
-    (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (2 * _t(ret, ctx)),)),
-    (UPat(Ops.SIN, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * _t(x, ctx).cos(),)),
-    (UPat(GroupOp.Libm, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * libm_derivative(ret, x, ctx),)),
+    (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * as_tensor(ret, ctx) * as_tensor(ret, ctx),)),
+    (UPat(Ops.EXP, name="ret"), lambda ctx, ret: (ctx * as_tensor(ret, ctx),)),
+    (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * as_tensor(ret, ctx) * math.log(2),)),
+    (UPat(Ops.LOG, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / as_tensor(x, ctx),)),
+    (UPat(Ops.LOG2, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / (as_tensor(x, ctx) * math.log(2)),)),
+    (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (2 * as_tensor(ret, ctx)),)),
+    (UPat(Ops.SIN, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * as_tensor(x, ctx).cos(),)),
+    (UPat(GroupOp.Libm, name="ret", src=(UPat.var("x"),)), grad_libm),
     (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),
     (UPat(Ops.SUB, name="ret"), lambda ctx, ret: (ctx, -ctx)),
     (UPat(Ops.MUL, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
-     (ctx * _t(b, ctx), ctx * _t(a, ctx))),
+     (ctx * as_tensor(b, ctx), ctx * as_tensor(a, ctx))),
     (UPat(Ops.FDIV, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
-     (ctx / _t(b, ctx), -ctx * _t(ret, ctx) / _t(b, ctx))),
+     (ctx / as_tensor(b, ctx), -ctx * as_tensor(ret, ctx) / as_tensor(b, ctx))),
     (UPat(Ops.MAX, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_max),
     (UPat(Ops.POW, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_pow),
     (UPat(Ops.MULACC, name="ret", src=(UPat.var("a"), UPat.var("b"), UPat())), lambda ctx, ret, a, b:
-     (ctx * _t(b, ctx), ctx * _t(a, ctx), ctx)),
+     (ctx * as_tensor(b, ctx), ctx * as_tensor(a, ctx), ctx)),
     (UPat(Ops.ATAN2, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_atan2),
     (UPat(Ops.WHERE, name="ret", src=(UPat.var("c"), UPat(), UPat())), lambda ctx, ret, c:
-     (None, _t(c, ctx).where(ctx, 0.0), _t(c, ctx).where(0.0, ctx))),
+     (None, as_tensor(c, ctx).where(ctx, 0.0), as_tensor(c, ctx).where(0.0, ctx))),
     (UPat(Ops.MOD, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
-     (ctx, -ctx * (_t(a, ctx) / _t(b, ctx)).trunc())),  # fmod(a, b) = a - trunc(a/b) * b
+     (ctx, -ctx * (as_tensor(a, ctx) / as_tensor(b, ctx)).trunc())),  # fmod(a, b) = a - trunc(a/b) * b
     (UPat(GroupOp.Comparison | {Ops.TRUNC, Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR}, name="ret"),
      lambda ctx, ret: (None,) * len(ret.src)),
     (UPat(Ops.REDUCE_AXIS, name="ret", src=(UPat.var("x"),)), grad_reduce),
