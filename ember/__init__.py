@@ -4,6 +4,6 @@ from ember.device import Device
 from ember.dtype import DType, dtypes
 from ember.engine.realize import GlobalCounters
 from ember.helpers import Context, getenv
-from ember.tensor import Tensor
+from ember.tensor import Tensor, no_grad
 
-__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "GlobalCounters", "getenv"]
+__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "GlobalCounters", "getenv", "no_grad"]

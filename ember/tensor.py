@@ -10,13 +10,14 @@ realization and conversion back to Python and numpy. Names, arguments and semant
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from contextlib import ContextDecorator
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
-from ember.errors import DTypeError, ShapeError
+from ember.errors import DeviceError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.mixin.activation import ActivationMixin
 from ember.mixin.creation import CreationMixin
@@ -27,6 +28,29 @@ from ember.mixin.reduce import ReduceMixin
 from ember.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
+
+
+class _ClassFlag(ContextDecorator):
+    """Sets a class-level flag of Tensor for a `with` block or a decorated function, then restores it."""
+
+    def __init__(self, name: str, value: bool) -> None: self.name, self.value = name, value
+
+    def __enter__(self) -> None:
+        self.prev = getattr(Tensor, self.name)
+        setattr(Tensor, self.name, self.value)
+
+    def __exit__(self, *exc: object) -> None: setattr(Tensor, self.name, self.prev)
+
+
+def no_grad() -> _ClassFlag:
+    """`with no_grad():` (or `@no_grad()`): tensors computed inside carry no gradient back to their inputs.
+
+    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> with no_grad(): y = x * 2
+    >>> (x * y).sum().gradient(x)[0].tolist()
+    [2.0, 4.0]
+    """
+    return _ClassFlag("no_grad", True)
 
 
 def _data_to_uop(data: Any, dtype: DType | None, device: str) -> UOp:
@@ -63,6 +87,13 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, ReduceMixin, Crea
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
     _needs_grad: weakref.WeakSet[Tensor] = weakref.WeakSet()  # the tensors backward() may fill .grad of
+    no_grad: ClassVar[bool] = False  # set by `no_grad()`: new tensors are detached from their inputs
+    training: ClassVar[bool] = False  # set by `Tensor.train()`: dropout and batchnorm behave as in training
+
+    @staticmethod
+    def train(mode: bool = True) -> _ClassFlag:
+        """`with Tensor.train():` runs dropout and batch statistics as in training; `Tensor.train(False)` as in eval."""
+        return _ClassFlag("training", mode)
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None) -> None:
@@ -123,7 +154,22 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, ReduceMixin, Crea
         """The same values, with no gradient flowing back through them."""
         return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
+    def assign(self, value: Tensor | Any) -> Tensor:
+        """Give self the values of `value` (same shape; cast to self's dtype), keeping self's identity.
+
+        This is how parameters and optimizer state are updated: the new value is lazy until realized, and tensors
+        built from self before the assign keep reading the old values."""
+        from ember.tensor import Tensor
+        if not isinstance(value, Tensor): value = Tensor(value, device=self.device, dtype=self.dtype)
+        if value.shape != self.shape:
+            raise ShapeError(f"assign: value of shape {value.shape} does not match the tensor's {self.shape}")
+        if value.device != self.device:
+            raise DeviceError(f"assign: value is on {value.device}, the tensor on {self.device}")
+        self.uop = value.cast(self.dtype).uop
+        return self
+
     def _wrap(self, uop: UOp) -> Tensor:
+        if Tensor.no_grad and uop.op is not Ops.DETACH: uop = UOp(Ops.DETACH, uop.dtype, (uop,))
         return Tensor._from_uop(uop, self.device)
 
     # ---- properties ----------------------------------------------------------------------------------------------
@@ -220,4 +266,4 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, ReduceMixin, Crea
         return axis % n
 
 
-__all__ = ["Tensor"]
+__all__ = ["Tensor", "no_grad"]
