@@ -22,6 +22,7 @@ from ember.helpers import prod
 from ember.mixin.activation import ActivationMixin
 from ember.mixin.creation import CreationMixin
 from ember.mixin.elementwise import ElementwiseMixin
+from ember.mixin.indexing import IndexingMixin
 from ember.mixin.movement import MovementMixin
 from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
@@ -78,7 +79,7 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
-class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, ReduceMixin, CreationMixin, RandomMixin):
+class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()

@@ -180,7 +180,9 @@ INDEX_ERRORS = [
     (lambda: ones(2, 3)[0, 0, 0], ("too many indices", "(2, 3)")),
     (lambda: Tensor(3.0)[0], ("too many indices", "()")),
     (lambda: ones(2, 3)[..., ...], ("ellipsis",)),
-    (lambda: ones(2, 3)[[0, 1]], ("unsupported index",)),
+    (lambda: ones(2, 3)[[0.5, 1]], ("must be int or bool", "float64")),
+    (lambda: ones(2, 3)[Tensor([0, 2])], ("2", "axis 0", "size 2")),
+    (lambda: ones(2, 3)[:, Tensor([[-4]])], ("-4", "axis 1", "size 3")),
     (lambda: ones(2, 3)[1.5], ("unsupported index", "1.5")),
     (lambda: Tensor([1, 2])[True], ("unsupported index", "True")),
 ]

@@ -138,49 +138,6 @@ class MovementMixin:
         d = self._axis(dim, "squeeze")
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
-    def __getitem__(self: Tensor, index: Any) -> Tensor:
-        """Basic indexing: ints, slices (any step), None and Ellipsis."""
-        items = list(index) if isinstance(index, tuple) else [index]
-        if sum(i is Ellipsis for i in items) > 1: raise IndexError("index: an index can only have one ellipsis")
-        used = sum(1 for i in items if i is not None and i is not Ellipsis)
-        if used > self.ndim: raise IndexError(f"index: too many indices for a {self.ndim}-d tensor {self.shape}")
-        if Ellipsis in items:
-            at = items.index(Ellipsis)
-            items[at:at + 1] = [slice(None)] * (self.ndim - used)
-        else:
-            items += [slice(None)] * (self.ndim - used)
-        axis, out_shape = 0, []
-        box: list[tuple[int, int]] = []
-        flips: list[bool] = []
-        steps: list[int] = []
-        for it in items:
-            if it is None:
-                out_shape.append(("new", 1))
-                continue
-            size = self.shape[axis]
-            if isinstance(it, bool) or not isinstance(it, (int, slice)):
-                raise IndexError(f"index: unsupported index {it!r}; use ints, slices, None or ...")
-            if isinstance(it, int):
-                if not -size <= it < size:
-                    raise IndexError(f"index: {it} is out of bounds for axis {axis} with size {size}")
-                i = it % size
-                box.append((i, i + 1)); flips.append(False); steps.append(1)
-                out_shape.append(("drop", axis))
-            else:
-                start, stop, step = it.indices(size)
-                n = len(range(start, stop, step))
-                if step > 0: box.append((start, start + max(n - 1, 0) * step + (1 if n else 0)))
-                else: box.append((start - max(n - 1, 0) * -step, start + 1) if n else (0, 0))
-                flips.append(step < 0); steps.append(abs(step))
-                out_shape.append(("keep", axis))
-            axis += 1
-        x = self.shrink(box).flip([i for i, f in enumerate(flips) if f])._strided(steps)
-        shape = []
-        for kind, a in out_shape:
-            if kind == "new": shape.append(1)
-            elif kind == "keep": shape.append(x.shape[a])
-        return x.reshape(tuple(shape))
-
     def _strided(self: Tensor, steps: list[int]) -> Tensor:
         """Every steps[i]-th element along each axis, starting with the first."""
         if all(s == 1 for s in steps): return self

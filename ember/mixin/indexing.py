@@ -1,0 +1,318 @@
+"""Indexing Tensor ops: `x[...]` and `x[...] = v` with numpy's rules, gather, scatter, masked_fill, index_select.
+
+Basic indices (ints, slices with any step, None, Ellipsis) are movement ops: shrink, flip, a strided reshape, and
+nothing is copied. Index tensors (integer or boolean) select by comparison: `x[idx]` compares each wanted position
+with every position of the indexed axes and keeps the one that matches, a reduction that fuses into one kernel and
+that autograd differentiates like any other op. It costs (elements out) x (size of the indexed axes) compares, fine
+for the embedding tables and label lookups it is used for. A boolean mask gives a shape that depends on its values,
+so it is realized first, as in torch and numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ember.dtype import dtypes
+from ember.errors import DTypeError, ShapeError
+from ember.helpers import prod
+
+if TYPE_CHECKING:
+    from ember.tensor import Tensor
+
+
+@dataclass
+class _BasicIndex:
+    """What the basic part of an index does: shrink to `box`, reverse `flips`, keep every `steps`-th, reshape."""
+
+    box: list[tuple[int, int]]
+    flips: list[bool]
+    steps: list[int]
+    shape: tuple[int, ...]  # the result's shape
+    tensor_axes: list[int]  # axes of the result indexed by a tensor (their index tensors are in `tensors`)
+    tensors: list[Tensor]
+    apart: bool  # the index tensors are separated by a slice or None: their axes go first (numpy's rule)
+
+
+def _as_index_tensor(item: Any, like: Tensor) -> Tensor | None:
+    """An index that selects by value (a Tensor, a list or a numpy array) as a Tensor; None for basic indices."""
+    from ember.tensor import Tensor
+    if isinstance(item, Tensor): return item
+    if isinstance(item, (list, np.ndarray)):
+        return Tensor(np.asarray(item) if len(item) else np.zeros(0, np.int64), device=like.device)
+    return None
+
+
+def _check_in_range(idx: Tensor, size: int, axis: int) -> None:
+    """Raise IndexError for an index outside [-size, size) when its values are known without running a kernel."""
+    from ember.schedule.kernelize import is_buffer_view
+    if not is_buffer_view(idx.uop) or idx.numel() == 0: return
+    values = idx.numpy()
+    bad = values[(values < -size) | (values >= size)]
+    if bad.size: raise IndexError(f"index: {bad.flat[0]} is out of bounds for axis {axis} with size {size}")
+
+
+def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
+    """Split an index into its basic part and its index tensors, checking every piece against x's shape."""
+    from ember.tensor import Tensor
+    items = list(index) if isinstance(index, tuple) else [index]
+    expanded: list[Any] = []
+    for it in items:  # a boolean mask over k axes is k integer index tensors: the positions of its True values
+        t = _as_index_tensor(it, x)
+        if t is not None and t.dtype is dtypes.bool:
+            expanded += [Tensor(np.asarray(c, dtype=np.int64), device=x.device) for c in np.nonzero(t.numpy())]
+        else: expanded.append(it if t is None else t)
+    items = expanded
+    if sum(i is Ellipsis for i in items) > 1: raise IndexError("index: an index can only have one ellipsis")
+    used = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if used > x.ndim: raise IndexError(f"index: too many indices for a {x.ndim}-d tensor {x.shape}")
+    at = next((i for i, it in enumerate(items) if it is Ellipsis), len(items))  # `in` would compare tensors
+    items[at:at + 1] = [slice(None)] * (x.ndim - used) if at < len(items) else [slice(None)] * (x.ndim - used)
+    box: list[tuple[int, int]] = []
+    flips: list[bool] = []
+    steps: list[int] = []
+    shape: list[int] = []
+    tensor_axes: list[int] = []
+    tensors: list[Tensor] = []
+    kinds: list[str] = []
+    axis = 0
+    for it in items:
+        if it is None:
+            shape.append(1); kinds.append("basic")
+            continue
+        size = x.shape[axis]
+        if isinstance(it, Tensor):
+            if not it.dtype.is_int: raise IndexError(f"index: tensors used as indices must be int or bool, not "
+                                                     f"{it.dtype.name}")
+            _check_in_range(it, size, axis)
+            box.append((0, size)); flips.append(False); steps.append(1)
+            tensor_axes.append(len(shape)); tensors.append(it); kinds.append("tensor")
+            shape.append(size)
+        elif isinstance(it, int) and not isinstance(it, bool):
+            if not -size <= it < size:
+                raise IndexError(f"index: {it} is out of bounds for axis {axis} with size {size}")
+            i = it % size
+            box.append((i, i + 1)); flips.append(False); steps.append(1)  # torch: an int never separates tensors
+        elif isinstance(it, slice):
+            start, stop, step = it.indices(size)
+            n = len(range(start, stop, step))
+            if step > 0: box.append((start, start + max(n - 1, 0) * step + (1 if n else 0)))
+            else: box.append((start - max(n - 1, 0) * -step, start + 1) if n else (0, 0))
+            flips.append(step < 0); steps.append(abs(step))
+            shape.append(n); kinds.append("basic")
+        else:
+            raise IndexError(f"index: unsupported index {it!r}; use ints, slices, None, ..., or int/bool tensors")
+        axis += 1
+    runs = "".join("t" if k == "tensor" else "b" for k in kinds).strip("b")
+    return _BasicIndex(box, flips, steps, tuple(shape), tensor_axes, tensors, "b" in runs)
+
+
+def _basic_view(x: Tensor, ix: _BasicIndex) -> Tensor:
+    return x.shrink(ix.box).flip([i for i, f in enumerate(ix.flips) if f])._strided(ix.steps).reshape(ix.shape)
+
+
+def _basic_unview(v: Tensor, ix: _BasicIndex, full: tuple[int, ...]) -> Tensor:
+    """The inverse of _basic_view: v (of the view's shape) placed where the view reads from, zero elsewhere."""
+    lengths = [e - b for b, e in ix.box]
+    strided = [-(-n // s) for n, s in zip(lengths, ix.steps, strict=True)]
+    v = v.reshape(strided)
+    for axis, (step, n) in enumerate(zip(ix.steps, lengths, strict=True)):
+        if step == 1: continue
+        m = v.shape[axis]
+        v = v.reshape(v.shape[:axis + 1] + (1,) + v.shape[axis + 1:])
+        v = v.pad([(0, 0)] * (axis + 1) + [(0, step - 1)] + [(0, 0)] * (v.ndim - axis - 2))
+        v = v.reshape(v.shape[:axis] + (m * step,) + v.shape[axis + 2:])
+        v = v.shrink([None] * axis + [(0, n)] + [None] * (v.ndim - axis - 1))
+    v = v.flip([i for i, f in enumerate(ix.flips) if f])
+    return v.pad([(b, s - e) for (b, e), s in zip(ix.box, full, strict=True)])
+
+
+def _flat_tensor_index(ix: _BasicIndex, y: Tensor) -> tuple[Tensor, int]:
+    """The index tensors of `ix` combined into one index into y's tensor axes flattened, and their total size."""
+    sizes = [y.shape[a] for a in ix.tensor_axes]
+    idx = [t.cast(dtypes.int64) if t.dtype.itemsize > 4 else t.cast(dtypes.int32) for t in ix.tensors]
+    flat = None
+    for t, size, stride in zip(idx, sizes, [prod(sizes[i + 1:]) for i in range(len(sizes))], strict=True):
+        term = (t < 0).where(t + size, t) * stride
+        flat = term if flat is None else flat + term
+    assert flat is not None
+    return flat, prod(sizes)
+
+
+def _select_last(table: Tensor, idx: Tensor) -> Tensor:
+    """table[..., idx[...]] elementwise: idx broadcasts against table's leading axes and picks along its last one.
+
+    Exactly one position matches, so the sum adds the picked value to zeros (a picked -0.0 comes back as 0.0)."""
+    hit = idx.unsqueeze(-1).eq(_arange_like(table.shape[-1], idx))
+    return hit.where(table, 0).sum(-1).cast(table.dtype)
+
+
+def _select(table: Tensor, idx: Tensor) -> Tensor:
+    """table[..., idx] for a last axis of table selected by idx (any shape): shape table.shape[:-1] + idx.shape."""
+    return _select_last(table.reshape(table.shape[:-1] + (1,) * idx.ndim + table.shape[-1:]), idx)
+
+
+class IndexingMixin:
+    """`x[index]`, `x[index] = value`, and the torch functions that select or write by index tensors."""
+
+    __slots__ = ()
+
+    def __getitem__(self: Tensor, index: Any) -> Tensor:
+        """numpy's indexing: ints, slices (any step), None, Ellipsis, and integer or boolean index tensors."""
+        ix = _parse_index(self, index)
+        y = _basic_view(self, ix)
+        if not ix.tensors: return y
+        flat, n = _flat_tensor_index(ix, y)
+        from ember.mixin.elementwise import broadcast_shape
+        flat = flat._broadcast_to(broadcast_shape("index", *(t.shape for t in ix.tensors)))
+        others = [a for a in range(y.ndim) if a not in ix.tensor_axes]
+        table = y.permute(others + ix.tensor_axes).reshape(tuple(y.shape[a] for a in others) + (n,))
+        out = _select(table, flat)  # the other axes, then the index's axes
+        first = 0 if ix.apart else ix.tensor_axes[0]
+        k = len(others)
+        order = list(range(first)) + list(range(k, out.ndim)) + list(range(first, k))
+        return out.permute(order)
+
+    def __setitem__(self: Tensor, index: Any, value: Any) -> None:
+        """Write `value` (broadcast to the indexed shape) where `index` points, then realize self.
+
+        Tensors built from self before the write keep the values they had (ember's tensors are values, not views)."""
+        from ember.tensor import Tensor
+        ix = _parse_index(self, index)
+        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        if not ix.tensors:
+            target = _basic_view(self, ix).shape
+            v = v.cast(self.dtype)._broadcast_to(_broadcast_value(v.shape, target))
+            inside = _basic_unview(Tensor.ones(target, dtype=dtypes.bool, device=self.device), ix, self.shape)
+            new = inside.where(_basic_unview(v, ix, self.shape), self)
+        else:  # where each written element lands, as flat positions; the last write to a position wins
+            positions = Tensor.arange(self.numel(), device=self.device).reshape(self.shape)[index]
+            v = v.cast(self.dtype)._broadcast_to(_broadcast_value(v.shape, positions.shape)).flatten()
+            positions = positions.flatten()
+            hit = positions.unsqueeze(-1).eq(Tensor.arange(self.numel(), device=self.device))  # (writes, numel)
+            order = Tensor.arange(1, positions.numel() + 1, device=self.device).unsqueeze(-1)
+            last = hit.where(order, 0).max(0)  # 1 + the last write to each position, 0 for none
+            picked = _select_last(v.reshape(1, -1), (last - 1).maximum(0))
+            new = (last > 0).where(picked, self.flatten()).reshape(self.shape)
+        self.assign(new.contiguous()).realize()
+
+    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+        """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1, as torch.gather: out has index's shape."""
+        if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
+        d = self._axis(dim, "gather")
+        _check_same_rank("gather", self, index, d)
+        _check_in_range(index, self.shape[d], d)
+        x = self.shrink([(0, s) if a == d else (0, index.shape[a]) for a, s in enumerate(self.shape)])
+        table = x.permute([a for a in range(x.ndim) if a != d] + [d]).unsqueeze(d)  # index's axes (1 at d), then n
+        n = self.shape[d]
+        return _select_last(table, (index < 0).where(index + n, index))
+
+    def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
+        """self with src[i][j][k] written at [i][index[i][j][k]][k] (dim=1); reduce 'add' or 'multiply' combines."""
+        if reduce is None: return _scatter(self, dim, index, src, "replace", True)
+        if reduce not in ("add", "multiply"): raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got "
+                                                               f"{reduce!r}")
+        return _scatter(self, dim, index, src, "sum" if reduce == "add" else "prod", True)
+
+    def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return _scatter(self, dim, index, src, "sum", True)
+
+    def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
+                       include_self: bool = True) -> Tensor:
+        """torch.scatter_reduce: combine src into self at index with sum, prod, mean, amax or amin."""
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise ValueError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+        return _scatter(self, dim, index, src, reduce, include_self)
+
+    def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+        """self with `value` where mask (broadcast to self's shape) is True."""
+        if mask.dtype is not dtypes.bool: raise DTypeError(f"masked_fill: mask must be bool, not {mask.dtype.name}")
+        return mask.where(value, self).cast(self.dtype) if not isinstance(value, (int, float)) or \
+            isinstance(value, bool) else mask.where(self._const(value, self.dtype), self)
+
+    def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
+        """The entries of self along `dim` at the 1-d `index`, as torch.index_select."""
+        d = self._axis(dim, "index_select")
+        if index.ndim > 1: raise ShapeError(f"index_select: index must be 1-d, got shape {index.shape}")
+        return self[(slice(None),) * d + (index.reshape(-1),)]
+
+    def nonzero(self: Tensor) -> Tensor:
+        """The indices of the nonzero elements, one row each (realizes self: the count depends on the values)."""
+        from ember.tensor import Tensor
+        return Tensor(np.argwhere(self.numpy()).astype(np.int64).reshape(-1, self.ndim), device=self.device)
+
+    def masked_select(self: Tensor, mask: Tensor) -> Tensor:
+        """The elements of self where mask is True, as a 1-d tensor (realizes the mask)."""
+        from ember.mixin.elementwise import broadcast_shape
+        shape = broadcast_shape("masked_select", self.shape, mask.shape)
+        return self._broadcast_to(shape)[mask._broadcast_to(shape)]
+
+
+def _broadcast_value(value: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+    from ember.mixin.elementwise import broadcast_shape
+    if broadcast_shape("setitem", value, target) != target:
+        raise ShapeError(f"setitem: a value of shape {value} cannot be written to a selection of shape {target}")
+    return target
+
+
+def _arange_like(n: int, idx: Tensor) -> Tensor:
+    from ember.tensor import Tensor
+    return Tensor.arange(n, dtype=idx.dtype, device=idx.device)
+
+
+def _check_same_rank(op: str, x: Tensor, index: Tensor, d: int) -> None:
+    if not index.dtype.is_int: raise DTypeError(f"{op}: index must be an int tensor, not {index.dtype.name}")
+    if index.ndim != x.ndim:
+        raise ShapeError(f"{op}: index has {index.ndim} dims {index.shape}, self has {x.ndim} {x.shape}; they must "
+                         f"match")
+    for a, (i, s) in enumerate(zip(index.shape, x.shape, strict=True)):
+        if a != d and i > s:
+            raise ShapeError(f"{op}: index shape {index.shape} is larger than {x.shape} on axis {a}")
+
+
+def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str, include_self: bool) -> Tensor:
+    """Every write of a scatter compared with every position of self's axis `dim`, then combined with `reduce`."""
+    from ember.tensor import Tensor
+    d = self._axis(dim, "scatter")
+    _check_same_rank("scatter", self, index, d)
+    _check_in_range(index, self.shape[d], d)
+    if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+    if src.ndim != index.ndim or any(i > s for i, s in zip(index.shape, src.shape, strict=True)):
+        raise ShapeError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
+    src = src.shrink([(0, s) for s in index.shape]).cast(self.dtype)
+    n = self.shape[d]
+    idx = (index < 0).where(index + n, index)
+    hit = idx.unsqueeze(-1).eq(_arange_like(n, idx))  # index.shape + (n,): write p lands on position m
+    vals = src.unsqueeze(-1)
+    identity = {"replace": 0, "sum": 0, "mean": 0, "prod": 1, "amax": _lowest(self), "amin": _highest(self)}[reduce]
+    spread = hit.where(vals, identity)
+    combined = {"replace": lambda t: t.sum(d), "sum": lambda t: t.sum(d), "mean": lambda t: t.sum(d),
+                "prod": lambda t: t.prod(d), "amax": lambda t: t.max(d), "amin": lambda t: t.min(d)}[reduce](spread)
+    count = hit.sum(d)
+    # back to self's layout: the position axis returns to `dim`, the other axes grow to self's sizes
+    def place(t: Tensor, fill: Any) -> Tensor:
+        t = t.unsqueeze(d).transpose(d, -1).squeeze(-1)
+        return t.pad([(0, 0) if a == d else (0, s - t.shape[a]) for a, s in enumerate(self.shape)], fill)
+    written = place(count, 0) > 0
+    value = place(combined.cast(self.dtype), 0)
+    cnt = place(count, 0)
+    if reduce == "replace": return written.where(value, self)
+    if reduce == "mean":
+        total = value + self if include_self else value
+        div = cnt + 1 if include_self else cnt
+        mean = total / div if self.dtype.is_float else total // div
+        return written.where(mean.cast(self.dtype), self)
+    if not include_self: return written.where(value, self)
+    merged = {"sum": lambda: self + value, "prod": lambda: self * value, "amax": lambda: self.maximum(value),
+              "amin": lambda: self.minimum(value)}[reduce]()
+    return written.where(merged.cast(self.dtype), self)
+
+
+def _lowest(x: Tensor) -> float | int:
+    return -float("inf") if x.dtype.is_float else (False if x.dtype is dtypes.bool else x.dtype.min)
+
+
+def _highest(x: Tensor) -> float | int:
+    return float("inf") if x.dtype.is_float else (True if x.dtype is dtypes.bool else x.dtype.max)
