@@ -1,0 +1,175 @@
+"""Optimizers: SGD, Adam, AdamW (torch.optim's semantics) and LAMB (You et al. 2019).
+
+`step()` builds the update of every parameter and every piece of optimizer state with `assign`, then realizes them
+all in one `Tensor.realize` call, so a training step (forward, backward and update) is one schedule.
+
+State that changes every step lives in tensors (moments, the step count, the learning rate), never in Python
+numbers baked into kernels: the compiled-kernel cache keys on the kernel AST, so a step count written as a
+constant would compile new kernels every step. Bias corrections are computed from the step-count tensor in float64,
+as torch computes them in Python floats, and rounded to the parameter's dtype once.
+
+>>> from ember import Tensor
+>>> w = Tensor([1.0, 2.0])
+>>> opt = SGD([w], lr=0.1)
+>>> (w * w).sum().backward(); _ = opt.step()
+>>> w.tolist()
+[0.800000011920929, 1.600000023841858]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ember.dtype import dtypes
+from ember.tensor import Tensor
+
+
+class Optimizer:
+    """Holds the parameters (tensors that require a gradient) and the buffers to realize with each step.
+
+    A tensor whose requires_grad is None (not decided, as layers create their parameters) is made trainable, as
+    tinygrad does; one with requires_grad=False (BatchNorm's running statistics) is a buffer: not updated, but
+    realized with the step so its lazy updates from the forward pass do not pile up."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float) -> None:
+        unique = list({id(t): t for t in params}.values())
+        for t in unique:
+            if t.requires_grad is None: t.requires_grad_(True)
+        self.params = [t for t in unique if t.requires_grad]
+        self.buffers = [t for t in unique if not t.requires_grad]
+        if not self.params: raise ValueError(f"{type(self).__name__}: got no tensor to optimize")
+        self.lr = Tensor(float(lr), dtype=dtypes.float64, device=self.params[0].device).contiguous().realize()
+
+    def zero_grad(self) -> None:
+        """Forget the gradients, so the next backward() starts from zero."""
+        for p in self.params: p.grad = None
+
+    def step(self) -> list[Tensor]:
+        """Update every parameter from its gradient, in one schedule; returns the tensors it realized."""
+        missing = [i for i, p in enumerate(self.params) if p.grad is None]
+        if missing: raise RuntimeError(f"{type(self).__name__}.step: parameters {missing} have no gradient; "
+                                       "call backward() on a loss that uses them first")
+        updated = self._updates() + self.buffers
+        Tensor.realize(*updated)
+        return updated
+
+    def _updates(self) -> list[Tensor]:
+        """Assign the new values to parameters and state; return every tensor assigned."""
+        raise NotImplementedError
+
+    def _state(self) -> list[Tensor]:
+        """One zero tensor per parameter, stored in a buffer from the start so that step 1 compiles the same kernels
+        as every later step."""
+        return [Tensor.zeros(p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params]
+
+    def _counter(self) -> Tensor:
+        return Tensor(0, dtype=dtypes.int64, device=self.params[0].device).contiguous().realize()
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with torch.optim.SGD's momentum, dampening, Nesterov and L2 weight decay.
+
+    As in torch the momentum buffer starts as the first gradient itself (not dampened); the first step therefore
+    compiles its own kernels, and every later step reuses the second step's."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.001, momentum: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, dampening: float = 0.0) -> None:
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
+        super().__init__(params, lr)
+        self.momentum, self.weight_decay, self.nesterov, self.dampening = momentum, weight_decay, nesterov, dampening
+        self.momentum_buffers = self._state() if momentum else []
+        self.is_first_step = True
+
+    def _updates(self) -> list[Tensor]:
+        out: list[Tensor] = []
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if self.weight_decay: g = g + p * self.weight_decay
+            if self.momentum:
+                buf = self.momentum_buffers[i]
+                damped = g if self.is_first_step or not self.dampening else g * (1 - self.dampening)
+                buf.assign(damped if self.is_first_step else buf * self.momentum + damped)
+                g = g + buf * self.momentum if self.nesterov else buf
+                out.append(buf)
+            out.append(p.assign(p - g * self.lr.cast(p.dtype)))
+        self.is_first_step = False
+        return out
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with torch.optim.Adam's semantics: weight decay is L2, added to the gradient.
+
+    AdamW sets `decoupled` (decay the weights directly, Loshchilov & Hutter)."""
+
+    decoupled = False
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
+        self.m, self.v, self.t = self._state(), self._state(), self._counter()
+
+    def _updates(self) -> list[Tensor]:
+        self.t.assign(self.t + 1)
+        t = self.t.cast(dtypes.float64)
+        # scalars of the step, one tiny kernel each instead of a pow per parameter element
+        step_size = (self.lr / (1 - self.b1 ** t)).contiguous()
+        correction2_sqrt = (1 - self.b2 ** t).sqrt().contiguous()
+        decay = (1 - self.lr * self.weight_decay).contiguous() if self.decoupled and self.weight_decay else None
+        out: list[Tensor] = [self.t]
+        for p, m, v in zip(self.params, self.m, self.v, strict=True):
+            g, w = p.grad, p
+            if self.weight_decay and self.decoupled: w = w * decay.cast(p.dtype)
+            elif self.weight_decay: g = g + w * self.weight_decay
+            m.assign(m.lerp(g, 1 - self.b1))
+            v.assign(v * self.b2 + (1 - self.b2) * g * g)
+            denom = v.sqrt() / correction2_sqrt.cast(p.dtype) + self.eps
+            out += [m, v, p.assign(w + -step_size.cast(p.dtype) * m / denom)]
+        return out
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay, as torch.optim.AdamW: w *= 1 - lr * weight_decay before the Adam step."""
+
+    decoupled = True
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-8, weight_decay: float = 0.01) -> None:
+        super().__init__(params, lr, b1, b2, eps, weight_decay)
+
+
+class LAMB(Optimizer):
+    """LAMB (You et al., "Large Batch Optimization for Deep Learning", 2019): the Adam update plus decoupled weight
+    decay, scaled per parameter tensor by the trust ratio ||w|| / ||update|| (1 where either norm is 0).
+
+    `adam=True` drops the trust ratio, leaving Adam with decoupled weight decay added to the update."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False) -> None:
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
+        self.m, self.v, self.t = self._state(), self._state(), self._counter()
+
+    def _updates(self) -> list[Tensor]:
+        self.t.assign(self.t + 1)
+        t = self.t.cast(dtypes.float64)
+        correction1, correction2 = (1 - self.b1 ** t).contiguous(), (1 - self.b2 ** t).contiguous()
+        out: list[Tensor] = [self.t]
+        for p, m, v in zip(self.params, self.m, self.v, strict=True):
+            g, w = p.grad, p
+            m.assign(m * self.b1 + g * (1 - self.b1))
+            v.assign(v * self.b2 + g * g * (1 - self.b2))
+            m_hat, v_hat = m / correction1.cast(p.dtype), v / correction2.cast(p.dtype)
+            update = m_hat / (v_hat.sqrt() + self.eps) + w * self.weight_decay
+            if self.adam:
+                scaled = update * self.lr.cast(p.dtype)
+            else:
+                w_norm, u_norm = w.square().sum().sqrt(), update.square().sum().sqrt()
+                trust = ((w_norm > 0) & (u_norm > 0)).where(w_norm / u_norm, 1.0)
+                scaled = update * (trust * self.lr.cast(p.dtype))
+            out += [m, v, p.assign(w - scaled)]
+        return out
+
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB"]
