@@ -26,6 +26,7 @@ from ember.mixin.indexing import IndexingMixin
 from ember.mixin.movement import MovementMixin
 from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
+from ember.mixin.scan import ScanMixin
 from ember.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
@@ -79,7 +80,8 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
-class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, CreationMixin, RandomMixin):
+class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, ScanMixin,
+             CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()

@@ -294,7 +294,7 @@ def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce:
     # back to self's layout: the position axis returns to `dim`, the other axes grow to self's sizes
     def place(t: Tensor, fill: Any) -> Tensor:
         t = t.unsqueeze(d).transpose(d, -1).squeeze(-1)
-        return t.pad([(0, 0) if a == d else (0, s - t.shape[a]) for a, s in enumerate(self.shape)], fill)
+        return t.pad([(0, 0) if a == d else (0, s - t.shape[a]) for a, s in enumerate(self.shape)], value=fill)
     written = place(count, 0) > 0
     value = place(combined.cast(self.dtype), 0)
     cnt = place(count, 0)

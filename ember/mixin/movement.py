@@ -6,6 +6,7 @@ Arguments are checked here, before a graph is built, and errors name the op and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
     """Accept `f(2, 3)` and `f((2, 3))`."""
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+
+
+def _part(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
+    """Elements lo..hi-1 of `axis`."""
+    return x.shrink([(lo, hi) if i == axis else None for i in range(x.ndim)])
 
 
 class MovementMixin:
@@ -69,8 +75,13 @@ class MovementMixin:
         x = self.reshape(old) if old != self.shape else self
         return x if new == old else x._movement(Ops.EXPAND, new)
 
-    def pad(self: Tensor, padding: Sequence[Any], value: float = 0.0) -> Tensor:
-        """Pad with `value`: ((before, after), ...) per axis from the first, or torch's flat form from the last."""
+    def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
+        """Pad by ((before, after), ...) per axis from the first, or torch's flat form from the last axis back.
+
+        mode "constant" fills with `value`; "reflect" mirrors without repeating the edge, "replicate" repeats the
+        edge, "circular" wraps around (each as torch.nn.functional.pad)."""
+        if mode not in ("constant", "reflect", "replicate", "circular"):
+            raise ValueError(f"pad: mode must be constant, reflect, replicate or circular, got {mode!r}")
         if all(isinstance(p, int) for p in padding):
             if len(padding) % 2 or len(padding) // 2 > self.ndim:
                 raise ShapeError(f"pad: flat padding {tuple(padding)} needs two values per axis for {self.shape}")
@@ -80,12 +91,13 @@ class MovementMixin:
             if len(padding) != self.ndim:
                 raise ShapeError(f"pad: {len(padding)} (before, after) pairs for the {self.ndim} axes of {self.shape}")
             pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+        if mode != "constant": return self._pad_from_data(pairs, mode)
         for (b, a), s in zip(pairs, self.shape, strict=True):
             if s + min(b, 0) + min(a, 0) < 0:
                 raise ShapeError(f"pad: padding {(b, a)} removes more than the {s} elements of an axis of {self.shape}")
         if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops, as in torch
             crop = tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape, strict=True))
-            return self.shrink(crop).pad([(max(b, 0), max(a, 0)) for b, a in pairs], value)
+            return self.shrink(crop).pad([(max(b, 0), max(a, 0)) for b, a in pairs], value=value)
         arg = tuple((int(b), int(a)) for b, a in pairs)
         if all(p == (0, 0) for p in arg): return self
         out = self._movement(Ops.PAD, arg)
@@ -93,6 +105,25 @@ class MovementMixin:
         from ember.tensor import Tensor
         inside = Tensor.ones(self.shape, dtype="bool", device=self.device).pad(arg)
         return inside.where(out, value).cast(self.dtype)
+
+    def _pad_from_data(self: Tensor, pairs: list[tuple[int, int]], mode: str) -> Tensor:
+        """Padding made of the tensor's own elements, one axis at a time."""
+        x = self
+        for axis, (before, after) in enumerate(pairs):
+            n = x.shape[axis]
+            if before < 0 or after < 0: raise ShapeError(f"pad: {mode} padding cannot be negative, got {pairs}")
+            limit = n - 1 if mode == "reflect" else (n if mode == "circular" else math.inf)
+            if max(before, after) > limit or (n == 0 and before + after):
+                raise ShapeError(f"pad: {mode} padding {(before, after)} is too large for axis {axis} of size {n} "
+                                 f"in {self.shape}")
+            if mode == "reflect":
+                head, tail = _part(x, axis, 1, before + 1).flip(axis), _part(x, axis, n - 1 - after, n - 1).flip(axis)
+            elif mode == "circular": head, tail = _part(x, axis, n - before, n), _part(x, axis, 0, after)
+            else:
+                head = _part(x, axis, 0, 1).expand([before if i == axis else -1 for i in range(x.ndim)])
+                tail = _part(x, axis, n - 1, n).expand([after if i == axis else -1 for i in range(x.ndim)])
+            x = head.cat(x, tail, dim=axis)
+        return x
 
     def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """The sub-box [start, end) on every axis (None keeps an axis)."""
@@ -213,6 +244,16 @@ class MovementMixin:
         x = self.reshape(tuple(v for s in shape for v in (1, s)))
         x = x.expand(tuple(v for r, s in zip(reps, shape, strict=True) for v in (r, s)))
         return x.reshape(tuple(r * s for r, s in zip(reps, shape, strict=True)))
+
+    def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+        """Each element repeated `repeats` times along `dim` (of the flattened tensor when None), as torch."""
+        if not isinstance(repeats, int) or repeats < 0:
+            raise ShapeError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
+        x = self.flatten() if dim is None else self
+        d = x._axis(0 if dim is None else dim, "repeat_interleave")
+        x = x.unsqueeze(d + 1)
+        x = x.expand(x.shape[:d + 1] + (repeats,) + x.shape[d + 2:])
+        return x.reshape(x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 2:])
 
     def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int]) -> Tensor:
         """Elements shifted along `dims` by `shifts`, wrapping around."""
