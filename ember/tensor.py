@@ -24,6 +24,7 @@ from ember.mixin.creation import CreationMixin
 from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.indexing import IndexingMixin
 from ember.mixin.movement import MovementMixin
+from ember.mixin.nn import NNMixin
 from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
 from ember.mixin.scan import ScanMixin
@@ -80,7 +81,7 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
-class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, ScanMixin,
+class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, ScanMixin, NNMixin,
              CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
 

@@ -103,7 +103,7 @@ class CreationMixin:
         rows = type(self).arange(n, device=self.device).reshape(n, 1)
         cols = type(self).arange(m, device=self.device).reshape(1, m)
         keep = (cols <= rows + diagonal) if lower else (cols >= rows + diagonal)
-        return keep.where(self, 0)
+        return keep.where(self, self.zeros_like())  # a literal 0 would promote bool to int
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """An int64 tensor with a new last axis of `num_classes`, 1 at each value's index (torch's one_hot)."""

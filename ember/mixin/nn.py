@@ -1,0 +1,374 @@
+"""Neural-network functional ops: convolutions, pooling, resampling, normalization, attention, losses, dropout.
+
+All are compositions of movement, elementwise and reduce ops, so they fuse like any other graph and their
+gradients come from the primitive rules. The core is `_pool`, which turns the last spatial axes into
+(output positions, kernel offsets) with movement ops only: a convolution is then a broadcast multiply and a sum, a
+pool a max or a mean over the kernel axes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ember.dtype import dtypes
+from ember.errors import DTypeError, ShapeError
+from ember.helpers import prod
+
+if TYPE_CHECKING:
+    from ember.tensor import Tensor
+
+IntOrTuple = int | Sequence[int]
+
+
+def _tuple(v: IntOrTuple, n: int, what: str, op: str) -> tuple[int, ...]:
+    out = (v,) * n if isinstance(v, int) else tuple(v)
+    if len(out) != n: raise ShapeError(f"{op}: {what} {v} needs {n} values, one per spatial axis")
+    return out
+
+
+def _padding_pairs(padding: IntOrTuple | str, kernel: tuple[int, ...], dilation: tuple[int, ...],
+                   op: str) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis from an int, one int per axis, flat torch pairs, 'valid' or 'same'."""
+    n = len(kernel)
+    if padding == "valid": return [(0, 0)] * n
+    if padding == "same":  # the extra element of an odd total goes after, as torch
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+        return [(t // 2, t - t // 2) for t in totals]
+    if isinstance(padding, str): raise ValueError(f"{op}: padding must be an int, a tuple, 'same' or 'valid'")
+    if isinstance(padding, int): return [(padding, padding)] * n
+    pads = tuple(padding)
+    if len(pads) == n: return [(p, p) for p in pads]
+    if len(pads) == 2 * n: return [(pads[2 * i], pads[2 * i + 1]) for i in reversed(range(n))]  # torch: last axis first
+    raise ShapeError(f"{op}: padding {padding} needs {n} or {2 * n} values for {n} spatial axes")
+
+
+def _pool(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """(..., *spatial) -> (..., *out, *kernel): out[o..., k...] = x[o * stride + k * dilation] on each axis.
+
+    One axis at a time, with movement ops only: x tiled e times and cut into k rows of i + d elements puts
+    x[(k * d + c) mod i] at row k, column c, so column c = o * s holds x[o * s + k * d]."""
+    n = len(kernel)
+    lead = x.ndim - n
+    for ax, (k, s, d) in enumerate(zip(kernel, stride, dilation, strict=True)):
+        # layout: (lead..., o_0..o_{ax-1}, i_ax..i_{n-1}, k_0..k_{ax-1}); pool i_ax as the last axis
+        axis = lead + ax
+        x = x.permute([a for a in range(x.ndim) if a != axis] + [axis])
+        i = x.shape[-1]
+        o = (i - d * (k - 1) - 1) // s + 1
+        if o * s > i: x = x.pad([(0, 0)] * (x.ndim - 1) + [(0, o * s - i)]); i = o * s  # never read by a window
+        e = -(-k * (i + d) // i)
+        x = x.unsqueeze(-2).expand(x.shape[:-1] + (e, i)).reshape(x.shape[:-1] + (e * i,))
+        x = x[..., :k * (i + d)].reshape(x.shape[:-1] + (k, i + d))[..., :o * s]
+        x = x.reshape(x.shape[:-1] + (o, s))[..., 0]  # (..., k_ax, o_ax)
+        m = x.ndim
+        x = x.permute(list(range(axis)) + [m - 1] + list(range(axis, m - 1)))
+    return x
+
+
+def _out_size(i: int, k: int, s: int, d: int, before: int, after: int, ceil_mode: bool) -> tuple[int, int]:
+    """(output size, extra padding after) for a pooling axis; ceil_mode keeps a last partial window that starts
+    inside the input or the padding before it, as torch."""
+    span = i + before + after - d * (k - 1) - 1
+    if span < 0:
+        raise ShapeError(f"pool: kernel {k} (dilation {d}) is larger than the padded input {i + before + after}")
+    o = span // s + 1
+    if ceil_mode and span % s:
+        o += 1
+        if (o - 1) * s >= i + before: o -= 1
+    return o, max(0, (o - 1) * s + d * (k - 1) + 1 - (i + before + after))
+
+
+class NNMixin:
+    """torch.nn.functional's ops as Tensor methods, with tinygrad's names where it has them."""
+
+    __slots__ = ()
+
+    # ---- convolution ---------------------------------------------------------------------------------------------
+
+    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: IntOrTuple = 1,
+               dilation: IntOrTuple = 1, padding: IntOrTuple | str = 0) -> Tensor:
+        """A convolution (cross-correlation, as torch) over the last weight.ndim - 2 axes: 1-d, 2-d or 3-d.
+
+        self is (batch, in_channels, *spatial) or unbatched (in_channels, *spatial); weight is
+        (out_channels, in_channels / groups, *kernel)."""
+        n = weight.ndim - 2
+        if n < 1: raise ShapeError(f"conv: weight must have at least 3 dims (out, in/groups, *kernel), got "
+                                   f"{weight.shape}")
+        if self.ndim == n + 1: return self.unsqueeze(0).conv2d(weight, bias, groups, stride, dilation, padding)[0]
+        if self.ndim != n + 2:
+            raise ShapeError(f"conv: input {self.shape} must be (batch, channels, *spatial) with {n} spatial axes "
+                             f"for weight {weight.shape}")
+        bs, cin, cout, kernel = self.shape[0], self.shape[1], weight.shape[0], weight.shape[2:]
+        if groups < 1 or cin % groups or cout % groups or weight.shape[1] * groups != cin:
+            raise ShapeError(f"conv: input has {cin} channels, weight {weight.shape} with groups={groups} expects "
+                             f"{weight.shape[1] * groups}; channels in and out must divide by groups")
+        st, dl = _tuple(stride, n, "stride", "conv"), _tuple(dilation, n, "dilation", "conv")
+        if padding == "same" and any(s != 1 for s in st): raise ValueError("conv: padding='same' needs stride 1")
+        pads = _padding_pairs(padding, kernel, dl, "conv")
+        x = self.pad([(0, 0), (0, 0)] + pads)
+        for i, k, d in zip(x.shape[2:], kernel, dl, strict=True):
+            if i < d * (k - 1) + 1:
+                raise ShapeError(f"conv: kernel {kernel} with dilation {dl} does not fit the padded input "
+                                 f"{x.shape[2:]} of {self.shape}")
+        win = _pool(x, kernel, st, dl)  # (bs, cin, *out, *kernel)
+        out_sp = win.shape[2:2 + n]
+        win = win.reshape((bs, groups, 1, cin // groups) + out_sp + kernel)
+        w = weight.reshape((1, groups, cout // groups, cin // groups) + (1,) * n + kernel)
+        out = (win * w).sum([3] + list(range(4 + n, 4 + 2 * n))).reshape((bs, cout) + out_sp)
+        return out if bias is None else out + bias.reshape((1, cout) + (1,) * n)
+
+    conv1d = conv3d = conv2d
+
+    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                         stride: IntOrTuple = 1, dilation: IntOrTuple = 1, padding: IntOrTuple = 0,
+                         output_padding: IntOrTuple = 0) -> Tensor:
+        """The gradient of conv2d with respect to its input, as torch's conv_transpose; weight is
+        (in_channels, out_channels / groups, *kernel). Built as a convolution of the input spread out by
+        `stride` with the flipped, transposed weight."""
+        n = weight.ndim - 2
+        if self.ndim == n + 1:
+            return self.unsqueeze(0).conv_transpose2d(weight, bias, groups, stride, dilation, padding,
+                                                      output_padding)[0]
+        if self.ndim != n + 2 or self.shape[1] != weight.shape[0] or weight.shape[0] % groups:
+            raise ShapeError(f"conv_transpose: input {self.shape} and weight {weight.shape} (in, out/groups, "
+                             f"*kernel) do not match with groups={groups}")
+        kernel = weight.shape[2:]
+        st, dl = _tuple(stride, n, "stride", "conv_transpose"), _tuple(dilation, n, "dilation", "conv_transpose")
+        pd, op = _tuple(padding, n, "padding", "conv_transpose"), _tuple(output_padding, n, "output_padding",
+                                                                           "conv_transpose")
+        x = self
+        for ax, s in enumerate(st):  # s - 1 zeros between neighbours
+            if s == 1: continue
+            axis = 2 + ax
+            i = x.shape[axis]
+            x = x.unsqueeze(axis + 1).pad([(0, 0)] * (axis + 1) + [(0, s - 1)] + [(0, 0)] * (x.ndim - axis - 1))
+            x = x.reshape(x.shape[:axis] + (i * s,) + x.shape[axis + 2:])
+            x = x.shrink([(0, (i - 1) * s + 1) if a == axis else None for a in range(x.ndim)])
+        pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op, strict=True)]
+        cin, cout_g = weight.shape[0], weight.shape[1]
+        w = weight.reshape((groups, cin // groups, cout_g) + kernel).transpose(1, 2)
+        w = w.reshape((groups * cout_g, cin // groups) + kernel).flip(list(range(2, 2 + n)))
+        return x.conv2d(w, bias, groups, 1, dl, [v for pair in reversed(pads) for v in pair])
+
+    # ---- pooling and resampling ----------------------------------------------------------------------------------
+
+    def _pool_windows(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple,
+                      padding: IntOrTuple, ceil_mode: bool, fill: float, op: str) -> tuple[Tensor, list[tuple]]:
+        k = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
+        n = len(k)
+        if self.ndim < n: raise ShapeError(f"{op}: input {self.shape} has fewer than {n} spatial axes")
+        st = k if stride is None or stride == () else _tuple(stride, n, "stride", op)
+        dl = _tuple(dilation, n, "dilation", op)
+        pads = _padding_pairs(padding, k, dl, op)
+        if any(2 * b > kk for (b, _), kk in zip(pads, k, strict=True)):
+            raise ShapeError(f"{op}: padding {padding} must be at most half of kernel_size {k}")
+        sizes = [_out_size(i, kk, s, d, b, a, ceil_mode) for i, kk, s, d, (b, a) in
+                 zip(self.shape[-n:], k, st, dl, pads, strict=True)]
+        full = [(b, a + extra) for (b, a), (_, extra) in zip(pads, sizes, strict=True)]
+        x = self.pad([(0, 0)] * (self.ndim - n) + full, value=fill)
+        return _pool(x, k, st, dl), [(k, st, dl, pads, full)]
+
+    def max_pool2d(self: Tensor, kernel_size: IntOrTuple = (2, 2), stride: IntOrTuple | None = None,
+                   dilation: IntOrTuple = 1, padding: IntOrTuple = 0, ceil_mode: bool = False,
+                   return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """The max over each window of the last len(kernel_size) axes; with return_indices, also where each max
+        is, as a flat index into those axes (torch's convention; the first of equal maxima)."""
+        from ember.tensor import Tensor
+        fill = -math.inf if self.dtype.is_float else self.dtype.min
+        win, ((k, st, dl, pads, full),) = self._pool_windows(kernel_size, stride, dilation, padding, ceil_mode,
+                                                             fill, "max_pool")
+        n = len(k)
+        flat = win.flatten(-n, -1) if n > 1 else win
+        values = flat.max(-1)
+        if not return_indices: return values
+        spatial = self.shape[-n:]
+        where = Tensor.arange(prod(spatial), dtype=dtypes.int64, device=self.device).reshape(spatial)
+        where = _pool(where.pad(full, value=-1), k, st, dl)
+        where = where.flatten(-n, -1) if n > 1 else where
+        from ember.mixin.indexing import _select_last
+        return values, _select_last(where._broadcast_to(flat.shape), flat.argmax(-1))
+
+    def avg_pool2d(self: Tensor, kernel_size: IntOrTuple = (2, 2), stride: IntOrTuple | None = None,
+                   dilation: IntOrTuple = 1, padding: IntOrTuple = 0, ceil_mode: bool = False,
+                   count_include_pad: bool = True) -> Tensor:
+        """The mean over each window; padding counts in the divisor when count_include_pad (not the extra
+        elements ceil_mode adds), as torch."""
+        from ember.tensor import Tensor
+        win, ((k, st, dl, pads, full),) = self._pool_windows(kernel_size, stride, dilation, padding, ceil_mode, 0.0,
+                                                             "avg_pool")
+        n = len(k)
+        axes = list(range(-n, 0))
+        total = win.float_like().sum(axes)
+        spatial = self.shape[-n:]
+        ones = Tensor.ones(spatial, device=self.device)
+        counted = ones.pad(pads, value=1.0 if count_include_pad else 0.0)
+        counted = counted.pad([(0, a - p) for (_, p), (_, a) in zip(pads, full, strict=True)])
+        return total / _pool(counted, k, st, dl).sum(axes)
+
+    def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
+        """Resample the last len(size) axes to `size`: 'nearest', 'nearest-exact' or 'linear' (bilinear,
+        trilinear: linear along each axis), with torch's source-index conventions."""
+        from ember.tensor import Tensor
+        if mode not in ("nearest", "nearest-exact", "linear"):
+            raise ValueError(f"interpolate: mode must be nearest, nearest-exact or linear, got {mode!r}")
+        if len(size) > self.ndim: raise ShapeError(f"interpolate: size {tuple(size)} has more axes than {self.shape}")
+        x = self
+        for axis, out in zip(range(self.ndim - len(size), self.ndim), size, strict=True):
+            i = x.shape[axis]
+            if out == i and mode != "linear" or (out == i and not align_corners and mode == "linear"):
+                continue
+            f = np.float64 if x.dtype is dtypes.float64 else np.float32  # torch computes in the input's precision
+            dst = np.arange(out, dtype=f)
+            if mode == "linear" and align_corners:
+                src = dst * f((i - 1) / (out - 1)) if out > 1 else np.zeros(out, f)
+            else:
+                src = dst + f(0.5) if mode != "nearest" else dst
+                src = src * f(i / out)
+                if mode == "linear": src = np.maximum(src - f(0.5), f(0))
+            lo = np.minimum(np.floor(src).astype(np.int64), i - 1)
+            index = [slice(None)] * axis
+            if mode != "linear":
+                x = x[tuple(index) + (Tensor(lo, device=self.device),)]
+                continue
+            hi = np.minimum(lo + 1, i - 1)
+            frac = src - lo
+            shape = (out,) + (1,) * (x.ndim - axis - 1)
+            w1 = Tensor(frac.reshape(shape), device=self.device).cast(x.float_like().dtype)
+            a = x[tuple(index) + (Tensor(lo, device=self.device),)]
+            b = x[tuple(index) + (Tensor(hi, device=self.device),)]
+            x = a * (1 - w1) + b * w1
+        return x
+
+    # ---- normalization -------------------------------------------------------------------------------------------
+
+    def layernorm(self: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+        """(x - mean) / sqrt(var + eps) over `axis`, with the biased variance (no affine)."""
+        x = self.float_like()
+        centered = x - x.mean(axis, keepdim=True)
+        return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+
+    def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                  axis: int | Sequence[int] = 1) -> Tensor:
+        """(x - mean) * invstd * weight + bias, with the per-channel tensors laid along `axis`."""
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(self._axis(a, "batchnorm") for a in axes)
+        shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+        x = (self - mean.reshape(shape)) * (invstd.reshape(shape) if weight is None else
+                                            (weight.reshape(shape) * invstd.reshape(shape)))
+        return x if bias is None else x + bias.reshape(shape)
+
+    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False,
+                                     scale: float | None = None) -> Tensor:
+        """softmax(q k^T * scale + mask) v with self as the query; a bool mask keeps the True positions,
+        is_causal keeps key j <= query i (top-left aligned, as torch)."""
+        from ember.tensor import Tensor
+        if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+            raise ShapeError(f"scaled_dot_product_attention: query {self.shape}, key {key.shape} and value "
+                             f"{value.shape} do not fit (need q[-1] == k[-1] and k[-2] == v[-2])")
+        s = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
+        scores = (self @ key.transpose(-1, -2)) * s
+        if is_causal:
+            if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal")
+            lq, lk = self.shape[-2], key.shape[-2]
+            attn_mask = Tensor.ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
+        if attn_mask is not None:
+            scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
+        return scores.softmax(-1).dropout(dropout_p) @ value
+
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+        """Zero each element with probability p and scale the rest by 1 / (1 - p), only when Tensor.training."""
+        from ember.tensor import Tensor
+        if not 0 <= p <= 1: raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+        if not Tensor.training or p == 0: return self
+        if p == 1: return self.zeros_like()
+        keep = Tensor.rand(self.shape, device=self.device) >= p
+        return keep.where(self * (1 / (1 - p)), 0).cast(self.dtype)
+
+    # ---- losses --------------------------------------------------------------------------------------------------
+
+    def cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                      reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+        """torch's cross_entropy on logits (classes on axis 1, or 0 for 1-d input), with class-index targets
+        (ignore_index skipped) or class-probability targets, optional class weights and label smoothing."""
+        return self.log_softmax(1 if self.ndim > 1 else 0)._nll(target, weight, ignore_index, reduction,
+                                                               label_smoothing, "cross_entropy")
+
+    def nll_loss(self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                 reduction: str = "mean") -> Tensor:
+        """torch's nll_loss: minus the log-probability (self) of each target class."""
+        return self._nll(target, weight, ignore_index, reduction, 0.0, "nll_loss")
+
+    def _nll(self: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str,
+             smoothing: float, op: str) -> Tensor:
+        _check_reduction(reduction, op)
+        c_axis = 1 if self.ndim > 1 else 0
+        classes = self.shape[c_axis]
+        wshape = tuple(classes if i == c_axis else 1 for i in range(self.ndim))
+        w = None if weight is None else weight.reshape(wshape)
+        if target.dtype.is_float:  # class probabilities, one per class
+            if target.shape != self.shape:
+                raise ShapeError(f"{op}: probability target {target.shape} must match the input {self.shape}")
+            probs = target * (1 - smoothing) + smoothing / classes
+            per = -(self * probs if w is None else self * probs * w).sum(c_axis)
+            return _reduce_loss(per, reduction, None)
+        if not target.dtype.is_int: raise DTypeError(f"{op}: target must be int class indices or float "
+                                                     f"probabilities, not {target.dtype.name}")
+        expected = self.shape[:c_axis] + self.shape[c_axis + 1:]
+        if target.shape != expected:
+            raise ShapeError(f"{op}: target {target.shape} must have the input's shape without the class axis "
+                             f"{expected} (input {self.shape})")
+        keep = target.ne(ignore_index)
+        hit = target.unsqueeze(c_axis).eq(_class_positions(classes, c_axis, self.ndim, self.device))
+        picked_w = keep if w is None else keep * (hit.where(w, 0).sum(c_axis))
+        nll = -hit.where(self, 0).sum(c_axis) * picked_w
+        if smoothing:
+            smooth = -(self if w is None else self * w).sum(c_axis) / classes * keep
+            nll = nll * (1 - smoothing) + smooth * smoothing
+        return _reduce_loss(nll, reduction, picked_w.cast(nll.dtype))
+
+    def binary_cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = None,
+                             reduction: str = "mean") -> Tensor:
+        """-(y log p + (1 - y) log(1 - p)) with self as p; logs are clamped at -100, as torch."""
+        _check_reduction(reduction, "binary_cross_entropy")
+        per = -(target * self.log().maximum(-100) + (1 - target) * (1 - self).log().maximum(-100))
+        return _reduce_loss(per if weight is None else per * weight, reduction, None)
+
+    def binary_cross_entropy_with_logits(self: Tensor, target: Tensor, weight: Tensor | None = None,
+                                         reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+        """binary_cross_entropy(sigmoid(self), target), computed stably from the logits."""
+        _check_reduction(reduction, "binary_cross_entropy_with_logits")
+        softplus_neg = (-self.abs()).exp().log1p() + (-self).maximum(0)  # log(1 + exp(-x)), without overflow
+        scale = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
+        per = (1 - target) * self + scale * softplus_neg
+        return _reduce_loss(per if weight is None else per * weight, reduction, None)
+
+    def mse_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+        _check_reduction(reduction, "mse_loss")
+        return _reduce_loss((self - target).square(), reduction, None)
+
+    def l1_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+        _check_reduction(reduction, "l1_loss")
+        return _reduce_loss((self - target).abs(), reduction, None)
+
+
+def _class_positions(classes: int, axis: int, ndim: int, device: str) -> Tensor:
+    from ember.tensor import Tensor
+    return Tensor.arange(classes, device=device).reshape(tuple(classes if i == axis else 1 for i in range(ndim)))
+
+
+def _check_reduction(reduction: str, op: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _reduce_loss(per: Tensor, reduction: str, weights: Tensor | None) -> Tensor:
+    """'none' keeps per-element losses; 'mean' divides by the number of elements, or by the total weight."""
+    if reduction == "none": return per
+    if reduction == "sum": return per.sum()
+    return per.sum() / weights.sum() if weights is not None else per.mean()
+
