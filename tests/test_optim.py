@@ -144,8 +144,9 @@ def test_step_realizes_params_and_state_in_one_schedule(monkeypatch):
     schedules = []
     create = kernelize.create_schedule
     monkeypatch.setattr(kernelize, "create_schedule", lambda *args: schedules.append(args) or create(*args))
-    realized = opt.step()
-    assert len(schedules) == 1
+    loss = (w * w.grad).sum()
+    realized = opt.step(loss)
+    assert len(schedules) == 1 and kernelize.is_buffer_view(loss.uop) and loss.item() == 3.0
     assert {id(t) for t in realized} == {id(t) for t in [w, opt.t, *opt.m, *opt.v]}
     assert all(kernelize.is_buffer_view(t.uop) for t in realized), "step left lazy tensors behind"
     assert opt.t.item() == 1

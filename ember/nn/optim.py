@@ -44,13 +44,16 @@ class Optimizer:
         """Forget the gradients, so the next backward() starts from zero."""
         for p in self.params: p.grad = None
 
-    def step(self) -> list[Tensor]:
-        """Update every parameter from its gradient, in one schedule; returns the tensors it realized."""
+    def step(self, *outputs: Tensor) -> list[Tensor]:
+        """Update every parameter from its gradient, in one schedule; returns the tensors it realized.
+
+        `outputs` (the loss, say) are realized in the same schedule: realized afterwards, they would recompute the
+        forward pass from the old parameters."""
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if missing: raise RuntimeError(f"{type(self).__name__}.step: parameters {missing} have no gradient; "
                                        "call backward() on a loss that uses them first")
         updated = self._updates() + self.buffers
-        Tensor.realize(*updated)
+        Tensor.realize(*outputs, *updated)
         return updated
 
     def _updates(self) -> list[Tensor]:
