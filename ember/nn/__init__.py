@@ -192,7 +192,7 @@ class GroupNorm:
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ShapeError(f"GroupNorm: expected input of shape (N, {self.num_channels}, ...), got {x.shape}")
         out = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
-        if self.weight is None: return out
+        if self.weight is None or self.bias is None: return out
         channel = (1, -1, *(1,) * (x.ndim - 2))
         return out * self.weight.reshape(channel) + self.bias.reshape(channel)
 

@@ -11,7 +11,8 @@ as torch computes them in Python floats, and rounded to the parameter's dtype on
 >>> from ember import Tensor
 >>> w = Tensor([1.0, 2.0])
 >>> opt = SGD([w], lr=0.1)
->>> (w * w).sum().backward(); _ = opt.step()
+>>> _ = (w * w).sum().backward()
+>>> _ = opt.step()
 >>> w.tolist()
 [0.800000011920929, 1.600000023841858]
 """
@@ -19,6 +20,7 @@ as torch computes them in Python floats, and rounded to the parameter's dtype on
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from ember.dtype import dtypes
 from ember.tensor import Tensor
@@ -49,14 +51,15 @@ class Optimizer:
 
         `outputs` (the loss, say) are realized in the same schedule: realized afterwards, they would recompute the
         forward pass from the old parameters."""
-        missing = [i for i, p in enumerate(self.params) if p.grad is None]
+        grads = [p.grad for p in self.params]
+        missing = [i for i, g in enumerate(grads) if g is None]
         if missing: raise RuntimeError(f"{type(self).__name__}.step: parameters {missing} have no gradient; "
                                        "call backward() on a loss that uses them first")
-        updated = self._updates() + self.buffers
+        updated = self._updates(cast(list[Tensor], grads)) + self.buffers  # cast: None was ruled out above
         Tensor.realize(*outputs, *updated)
         return updated
 
-    def _updates(self) -> list[Tensor]:
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         """Assign the new values to parameters and state; return every tensor assigned."""
         raise NotImplementedError
 
@@ -84,10 +87,9 @@ class SGD(Optimizer):
         self.momentum_buffers = self._state() if momentum else []
         self.is_first_step = True
 
-    def _updates(self) -> list[Tensor]:
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         out: list[Tensor] = []
-        for i, p in enumerate(self.params):
-            g = p.grad
+        for i, (p, g) in enumerate(zip(self.params, grads, strict=True)):
             if self.weight_decay: g = g + p * self.weight_decay
             if self.momentum:
                 buf = self.momentum_buffers[i]
@@ -113,16 +115,16 @@ class Adam(Optimizer):
         self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
         self.m, self.v, self.t = self._state(), self._state(), self._counter()
 
-    def _updates(self) -> list[Tensor]:
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         self.t.assign(self.t + 1)
         t = self.t.cast(dtypes.float64)
         # scalars of the step, one tiny kernel each instead of a pow per parameter element
         step_size = (self.lr / (1 - self.b1 ** t)).contiguous()
         correction2_sqrt = (1 - self.b2 ** t).sqrt().contiguous()
-        decay = (1 - self.lr * self.weight_decay).contiguous() if self.decoupled and self.weight_decay else None
+        decay = (1 - self.lr * self.weight_decay).contiguous()
         out: list[Tensor] = [self.t]
-        for p, m, v in zip(self.params, self.m, self.v, strict=True):
-            g, w = p.grad, p
+        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            w = p
             if self.weight_decay and self.decoupled: w = w * decay.cast(p.dtype)
             elif self.weight_decay: g = g + w * self.weight_decay
             m.assign(m.lerp(g, 1 - self.b1))
@@ -154,13 +156,13 @@ class LAMB(Optimizer):
         self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
         self.m, self.v, self.t = self._state(), self._state(), self._counter()
 
-    def _updates(self) -> list[Tensor]:
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         self.t.assign(self.t + 1)
         t = self.t.cast(dtypes.float64)
         correction1, correction2 = (1 - self.b1 ** t).contiguous(), (1 - self.b2 ** t).contiguous()
         out: list[Tensor] = [self.t]
-        for p, m, v in zip(self.params, self.m, self.v, strict=True):
-            g, w = p.grad, p
+        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            w = p
             m.assign(m * self.b1 + g * (1 - self.b1))
             v.assign(v * self.b2 + g * g * (1 - self.b2))
             m_hat, v_hat = m / correction1.cast(p.dtype), v / correction2.cast(p.dtype)
