@@ -49,6 +49,20 @@ def test_integer_pow_is_exact():
     np.testing.assert_array_equal((Tensor([2, 3, -4, 10]) ** 3).numpy(), np.array([8, 27, -64, 1000], np.int32))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8"])
+def test_integer_pow_wraps_like_torch_beyond_float64_precision(dtype):
+    base = np.array([-3, -2, -1, 0, 1, 2, 3, 5, 7, 11] if dtype != "uint8" else [0, 1, 2, 3, 5, 7, 200, 255, 9, 13])
+    exponent = np.array([0, 1, 2, 3, 5, 7, 11, 13, 39, 63])
+    a, b = base.astype(dtype), exponent.astype(dtype)
+    np.testing.assert_array_equal((Tensor(a) ** Tensor(b)).numpy(), (torch.tensor(a) ** torch.tensor(b)).numpy())
+    np.testing.assert_array_equal((Tensor(a) ** 39).numpy(), (torch.tensor(a) ** 39).numpy())  # 3**39 > 2**53
+
+
+def test_integer_pow_with_negative_exponents_follows_torch():
+    a, b = np.array([-3, -1, -1, 1, 2, -2]), np.array([-1, -3, -2, -2, -2, -4])
+    np.testing.assert_array_equal((Tensor(a) ** Tensor(b)).numpy(), (torch.tensor(a) ** torch.tensor(b)).numpy())
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_round_is_half_to_even_like_torch(dtype):
     halves = np.arange(-6, 6) + 0.5

@@ -42,6 +42,16 @@ def _float_floor_div(a: Tensor, b: Tensor) -> Tensor:
     return b.eq(0).where(quotient, div.eq(0).where(signed_zero, floored))
 
 
+def _int_power(x: Tensor, n: int) -> Tensor:
+    """x ** n for a Python int n >= 0 by repeated squaring, unrolled: ints wrap as C's (and torch's) products do."""
+    result: Tensor | None = None
+    while n:
+        if n & 1: result = x if result is None else result * x
+        n >>= 1
+        if n: x = x * x
+    return x.ones_like() if result is None else result
+
+
 class ElementwiseMixin:
     """Operators and math functions of Tensor."""
 
@@ -205,10 +215,20 @@ class ElementwiseMixin:
     def maximum(self: Tensor, x: Any) -> Tensor: return self._binary(Ops.MAX, x, "maximum")
 
     def pow(self: Tensor, exponent: Any) -> Tensor:
-        """self ** exponent with libm's pow (integer tensors compute in float64 and convert back)."""
+        """self ** exponent: libm's pow for floats; for integers exact, wrapping products by repeated squaring.
+
+        A negative integer exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise, as torch."""
         a, b = self._operands("pow", exponent)
+        if a.dtype.is_bool: raise DTypeError("pow: not defined for two bool operands (as in torch)")
         if a.dtype.is_float: return self._wrap(UOp(Ops.POW, a.dtype, (a.uop, b.uop)))
-        return a.double().pow(b.double()).cast(a.dtype)
+        if isinstance(exponent, int) and exponent >= 0: return _int_power(a, exponent)
+        result, base, e = a.ones_like(), a, b
+        for _ in range(a.dtype.itemsize * 8 - (0 if a.dtype.is_unsigned else 1)):  # every bit of a positive e
+            result = (e & 1).ne(0).where(result * base, result)
+            base, e = base * base, e >> 1
+        if a.dtype.is_unsigned: return result
+        negative = a.eq(1).where(1, a.eq(-1).where((b & 1).ne(0).where(-1, 1), 0)).cast(a.dtype)
+        return (b < 0).where(negative, result)
 
     def __pow__(self: Tensor, x: Any) -> Tensor: return self.pow(x)
     def __rpow__(self: Tensor, x: Any) -> Tensor: return self._operands("pow", x)[1].pow(self)
