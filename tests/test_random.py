@@ -109,3 +109,22 @@ def test_bad_random_arguments_are_named():
         Tensor.rand(3, dtype="int32")
     with pytest.raises(ValueError, match=r"randint: high \(1\) must be greater than low \(1\)"):
         Tensor.randint(3, low=1, high=1)
+
+
+@pytest.mark.parametrize("shape", [(256, 128), (64, 32, 3, 3)])
+def test_initializers_have_torchs_bounds_and_spread(shape):
+    fan_in, fan_out = shape[1] * int(np.prod(shape[2:])), shape[0] * int(np.prod(shape[2:]))
+    bound = 1 / np.sqrt(fan_in)  # a = sqrt(5), torch's default for Linear and Conv weights
+    w = Tensor.kaiming_uniform(*shape, a=5 ** 0.5).numpy()
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.99 * bound
+    np.testing.assert_allclose(w.std(), bound / np.sqrt(3), rtol=0.03)
+    std = np.sqrt(2 / (1 + 0.01 ** 2)) / np.sqrt(fan_in)
+    np.testing.assert_allclose(Tensor.kaiming_normal(*shape).numpy().std(), std, rtol=0.03)
+    g = Tensor.glorot_uniform(*shape).numpy()
+    glorot = np.sqrt(6 / (fan_in + fan_out))
+    assert np.abs(g).max() <= glorot and np.abs(g).max() > 0.99 * glorot
+
+
+def test_initializers_reject_shapes_without_fans():
+    with pytest.raises(ValueError, match="kaiming_uniform"):
+        Tensor.kaiming_uniform(5)

@@ -99,3 +99,35 @@ class RandomMixin:
         if high <= low: raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
         dt = to_dtype(dtype or dtypes.default_int)
         return (cls.rand(*shape, dtype=dtypes.float64, device=device) * (high - low)).floor().cast(dt) + low
+
+    # ---- initializers (torch's fan conventions: fan_in = shape[1] * receptive field, fan_out = shape[0] * ...) ----
+
+    @classmethod
+    def kaiming_uniform(cls, *shape: Any, a: float = 0.01, dtype: DType | str | None = None,
+                        device: str | None = None) -> Tensor:
+        """He initialization for a leaky-relu slope `a`: uniform in +-gain * sqrt(3 / fan_in)."""
+        fan_in, _ = _fans(shape, "kaiming_uniform")
+        bound = math.sqrt(2 / (1 + a * a)) * math.sqrt(3 / fan_in)
+        return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
+
+    @classmethod
+    def kaiming_normal(cls, *shape: Any, a: float = 0.01, dtype: DType | str | None = None,
+                       device: str | None = None) -> Tensor:
+        """He initialization, normal with std gain / sqrt(fan_in)."""
+        fan_in, _ = _fans(shape, "kaiming_normal")
+        return cls.normal(*shape, std=math.sqrt(2 / (1 + a * a)) / math.sqrt(fan_in), dtype=dtype, device=device)
+
+    @classmethod
+    def glorot_uniform(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Glorot (Xavier) initialization: uniform in +-sqrt(6 / (fan_in + fan_out))."""
+        fan_in, fan_out = _fans(shape, "glorot_uniform")
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
+
+
+def _fans(shape: tuple[Any, ...], op: str) -> tuple[int, int]:
+    from ember.mixin.creation import shape_of
+    dims = shape_of(shape, op)
+    if len(dims) < 2 or 0 in dims: raise ValueError(f"{op}: needs a shape with 2 or more nonzero axes, got {dims}")
+    receptive = math.prod(dims[2:])
+    return dims[1] * receptive, dims[0] * receptive
