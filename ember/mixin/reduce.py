@@ -162,3 +162,71 @@ class ReduceMixin:
         return out
 
     dot = matmul
+
+    @staticmethod
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+        """Einstein summation as torch.einsum: "ij,jk->ik", implicit outputs ("ij,jk"), repeated labels in one
+        operand (diagonals, "ii->i"), broadcasting with "...". One broadcast product, one sum."""
+        from ember.tensor import Tensor
+        tensors = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else \
+            list(operands)
+        lhs, arrow, rhs = formula.replace(" ", "").partition("->")
+        specs = lhs.split(",")
+        if len(specs) != len(tensors) or not all(isinstance(t, Tensor) for t in tensors):
+            raise ShapeError(f"einsum: {formula!r} names {len(specs)} operands, got {len(tensors)} tensors")
+        ellipsis = max((t.ndim - len(sp.replace("...", "")) for sp, t in zip(specs, tensors, strict=True)
+                        if "..." in sp), default=0)
+        labels = [_einsum_labels(sp, t, ellipsis, formula) for sp, t in zip(specs, tensors, strict=True)]
+        dots = [f".{i}" for i in range(ellipsis)]
+        if arrow: out = _einsum_labels(rhs, None, ellipsis, formula)
+        else:
+            letters = [c for ls in labels for c in ls if not c.startswith(".")]
+            out = dots + sorted(c for c in set(letters) if letters.count(c) == 1)
+        seen = {c for ls in labels for c in ls}
+        if any(c not in seen for c in out) or len(set(out)) != len(out):
+            raise ShapeError(f"einsum: output labels of {formula!r} must appear in the inputs, once each")
+        summed = [c for c in dict.fromkeys(c for ls in labels for c in ls) if c not in out]
+        order = out + summed
+        sizes: dict[str, int] = {}
+        aligned = []
+        for t, ls in zip(tensors, labels, strict=True):
+            t, ls = _einsum_diagonals(t, ls)
+            for c, n in zip(ls, t.shape, strict=True):
+                if n != 1 and sizes.setdefault(c, n) != n:
+                    raise ShapeError(f"einsum: label {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
+            t = t.permute([ls.index(c) for c in order if c in ls])
+            aligned.append(t.reshape(tuple(t.shape[[c for c in order if c in ls].index(c)] if c in ls else 1
+                                           for c in order)))
+        product = aligned[0]
+        for t in aligned[1:]: product = product * t
+        dtype = product.dtype
+        acc = dtypes.float32 if dtype.is_float and dtype.itemsize < 4 else dtype
+        product = product._broadcast_to(tuple(sizes.get(c, 1) for c in order))
+        if not summed: return product
+        return product.sum(tuple(range(len(out), len(order))), dtype=acc).cast(dtype)
+
+
+def _einsum_labels(spec: str, t: Tensor | None, ellipsis: int, formula: str) -> list[str]:
+    """The labels of one operand's axes; "..." stands for the trailing `ellipsis` broadcast axes, right-aligned."""
+    head, dots, tail = spec.partition("...")
+    if any(not c.isalpha() for c in head + tail) or "..." in tail:
+        raise ShapeError(f"einsum: bad subscripts {spec!r} in {formula!r}; use letters and at most one '...'")
+    n = (t.ndim - len(head) - len(tail)) if (t is not None and dots) else (ellipsis if dots else 0)
+    if t is not None and (n < 0 or (not dots and len(head) != t.ndim)):
+        raise ShapeError(f"einsum: subscripts {spec!r} do not match an operand of shape {t.shape}")
+    return list(head) + [f".{i}" for i in range(ellipsis - n, ellipsis)] + list(tail)
+
+
+def _einsum_diagonals(t: Tensor, labels: list[str]) -> tuple[Tensor, list[str]]:
+    """Axes sharing a label within one operand collapse to their diagonal."""
+    while len(set(labels)) != len(labels):
+        c = next(c for c in labels if labels.count(c) > 1)
+        i, j = [k for k, x in enumerate(labels) if x == c][:2]
+        if t.shape[i] != t.shape[j]:
+            raise ShapeError(f"einsum: repeated label {c!r} has sizes {t.shape[i]} and {t.shape[j]}")
+        rest = [k for k in range(t.ndim) if k not in (i, j)]
+        n = t.shape[i]
+        t = t.permute(rest + [i, j]).flatten(-2)[..., ::n + 1] if n else t.permute(rest + [i, j])[..., 0]
+        labels = [labels[k] for k in rest] + [c]
+    return t, labels
+
