@@ -90,7 +90,8 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     """
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
-    _needs_grad: weakref.WeakSet[Tensor] = weakref.WeakSet()  # the tensors backward() may fill .grad of
+    # the tensors backward() may fill .grad of, by id: a WeakSet would compare tensors with ==, which is elementwise
+    _needs_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
     no_grad: ClassVar[bool] = False  # set by `no_grad()`: new tensors are detached from their inputs
     training: ClassVar[bool] = False  # set by `Tensor.train()`: dropout and batchnorm behave as in training
 
@@ -122,8 +123,8 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         self.requires_grad = requires_grad
         if requires_grad:
             if not is_buffer_view(self.uop): self.uop = self.contiguous().realize().uop
-            Tensor._needs_grad.add(self)
-        else: Tensor._needs_grad.discard(self)
+            Tensor._needs_grad[id(self)] = self
+        else: Tensor._needs_grad.pop(id(self), None)
         return self
 
     # ---- derivatives ---------------------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d self / d t into `t.grad` for every tensor t with requires_grad that self depends on."""
         graph = self.uop.toposort()
-        targets = [t for t in Tensor._needs_grad if t.uop in graph]
+        targets = [t for t in list(Tensor._needs_grad.values()) if t.uop in graph]
         if not targets: raise RuntimeError("backward: no tensor with requires_grad=True is used to compute this one")
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):
             t.grad = g if t.grad is None else t.grad + g

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ember import helpers
+from ember import Tensor, helpers
 from ember.dtype import (
     DTYPES_BY_NAME,
     SCALARS,
@@ -312,3 +312,12 @@ def test_context_rejects_unknown_flag():
     with pytest.raises(KeyError, match="DEBUG"):  # the message lists the known flags
         Context(DEBUG=before + 1, NOT_A_FLAG=1)
     assert DEBUG.value == before  # nothing was set
+
+
+def test_bitcast_to_and_from_bfloat16_reinterprets_the_16_bits():
+    bits = np.array([0x3FC0, 0xC049, 0x7F80, 0x0001], np.uint16)
+    x = Tensor(bits).bitcast(dtypes.bfloat16)
+    expected = torch.tensor(bits.view(np.int16)).view(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(x.numpy(), expected)
+    np.testing.assert_array_equal(x.bitcast(dtypes.uint16).numpy(), bits)
+    np.testing.assert_array_equal(x.bitcast(dtypes.int16).numpy(), bits.view(np.int16))

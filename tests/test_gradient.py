@@ -165,3 +165,11 @@ def test_derivatives_at_kinks_match_torch(name, ours, theirs):
 def test_reducing_over_an_empty_axis_tuple_reduces_everything_and_squeeze_of_0d_is_itself():
     assert Tensor([1.0, 2.0]).sum(()).item() == torch.tensor([1.0, 2.0]).sum(()).item()
     assert Tensor(3.0).squeeze(0).shape == tuple(torch.tensor(3.0).squeeze(0).shape)
+
+
+def test_requires_grad_twice_on_a_vector_keeps_one_gradient():
+    t = Tensor([1.0, 2.0])
+    t.requires_grad_()
+    t.requires_grad_()
+    (t * t).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), [2.0, 4.0])

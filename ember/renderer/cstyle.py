@@ -80,6 +80,9 @@ def _is_bf16_memory(idx: UOp) -> bool:
 
 
 def render_bitcast(x: UOp, a: str) -> str:
+    """Reinterpret the bits; a bfloat16 value lives in a float register, so its bits go through bf16_bits/load."""
+    if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load((uint16_t)({a}))"
+    if x.src[0].dtype.scalar is dtypes.bfloat16: return f"(({c_type(x.dtype)})bf16_bits({a}))"
     src = c_type(x.src[0].dtype)
     return f"((union {{{src} in; {c_type(x.dtype)} out;}}){{.in={a}}}).out"
 
