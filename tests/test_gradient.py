@@ -173,3 +173,22 @@ def test_requires_grad_twice_on_a_vector_keeps_one_gradient():
     t.requires_grad_()
     (t * t).sum().backward()
     np.testing.assert_array_equal(t.grad.numpy(), [2.0, 4.0])
+
+
+def test_gradients_leave_the_forward_schedule_alone():
+    """Building gradients does not change what the forward pass compiles to, and realizing the loss with its
+    gradients costs no more kernels than the two apart (shared values are computed once)."""
+    rng = np.random.default_rng(0)
+    x, y = Tensor(rng.standard_normal((32, 64)).astype(np.float32)), Tensor(rng.integers(0, 10, 32))
+    w1 = Tensor(rng.standard_normal((64, 128)).astype(np.float32), requires_grad=True)
+    w2 = Tensor(rng.standard_normal((128, 10)).astype(np.float32), requires_grad=True)
+    loss = ((x @ w1).relu() @ w2).cross_entropy(y)
+    forward = [item.ast for item in loss.schedule()]
+    grads = loss.gradient(w1, w2)
+    assert [item.ast for item in loss.schedule()] == forward
+    together = loss.schedule(*grads)
+    assert len(together) <= len(forward) + len(grads[0].schedule(grads[1]))
+    value = loss.numpy()
+    loss2 = ((x @ w1).relu() @ w2).cross_entropy(y)
+    loss2.realize(*loss2.gradient(w1, w2))
+    np.testing.assert_array_equal(loss2.numpy(), value)
