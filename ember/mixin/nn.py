@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ember.dtype import dtypes
+from ember.dtype import dtypes, least_upper_dtype
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import prod
 
@@ -118,7 +118,10 @@ class NNMixin:
         out_sp = win.shape[2:2 + n]
         win = win.reshape((bs, groups, 1, cin // groups) + out_sp + kernel)
         w = weight.reshape((1, groups, cout // groups, cin // groups) + (1,) * n + kernel)
-        out = (win * w).sum([3] + list(range(4 + n, 4 + 2 * n))).reshape((bs, cout) + out_sp)
+        dtype = least_upper_dtype(self.dtype, weight.dtype)
+        acc = dtypes.float32 if dtype.is_float and dtype.itemsize < 4 else dtype  # half products summed in float
+        out = (win.cast(acc) * w.cast(acc)).sum([3] + list(range(4 + n, 4 + 2 * n)), dtype=acc).cast(dtype)
+        out = out.reshape((bs, cout) + out_sp)
         return out if bias is None else out + bias.reshape((1, cout) + (1,) * n)
 
     conv1d = conv3d = conv2d
@@ -202,12 +205,14 @@ class NNMixin:
                                                              "avg_pool")
         n = len(k)
         axes = list(range(-n, 0))
-        total = win.float_like().sum(axes)
+        acc = dtypes.float64 if self.dtype in (dtypes.float64, dtypes.int64) else dtypes.float32  # one rounding
+        total = win.cast(acc).sum(axes)
         spatial = self.shape[-n:]
-        ones = Tensor.ones(spatial, device=self.device)
+        ones = Tensor.ones(spatial, dtype=acc, device=self.device)
         counted = ones.pad(pads, value=1.0 if count_include_pad else 0.0)
         counted = counted.pad([(0, a - p) for (_, p), (_, a) in zip(pads, full, strict=True)])
-        return total / _pool(counted, k, st, dl).sum(axes)
+        mean = total / _pool(counted, k, st, dl).sum(axes)
+        return mean.cast(self.dtype) if self.dtype.is_float else mean.trunc().cast(self.dtype)  # torch: int / int
 
     def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resample the last len(size) axes to `size`: 'nearest', 'nearest-exact' or 'linear' (bilinear,
@@ -234,6 +239,8 @@ class NNMixin:
             if mode != "linear":
                 x = x[tuple(index) + (Tensor(lo, device=self.device),)]
                 continue
+            if not x.dtype.is_float: raise DTypeError(f"interpolate: linear mode needs a float tensor, not "
+                                                      f"{x.dtype.name}")
             hi = np.minimum(lo + 1, i - 1)
             frac = src - lo
             shape = (out,) + (1,) * (x.ndim - axis - 1)
