@@ -1,0 +1,5 @@
+"""Numerical functions: trace a function of arrays once, call it from Python, export it as C++."""
+
+from ember.export.function import Arg, NumericalFunction, numerical_function
+
+__all__ = ["Arg", "NumericalFunction", "numerical_function"]

@@ -1,0 +1,142 @@
+"""NumericalFunction: a function of fixed-shape arrays, traced once into kernels and called with numpy arrays.
+
+Tracing calls `fn` on placeholder tensors (buffers that stand for the arguments) and schedules its outputs. The
+result is a plan: the kernels in order and the buffers they read and write, each of one kind: an input (the
+placeholders), a constant (data captured from the closure, or computed from such data alone: those kernels run
+once, at trace time), an intermediate, or an output. Every output is a fresh C-contiguous buffer, also when `fn`
+returns an input or a view of one. The same plan is what generate_module writes as C++.
+
+>>> import numpy as np
+>>> f = NumericalFunction("energy", lambda x: (0.5 * x * x).sum(), [Arg((3,))])
+>>> float(f(np.array([1.0, 2.0, 3.0])))
+7.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.device import Buffer, Device
+from ember.dtype import DType, dtypes, to_dtype, to_numpy
+from ember.errors import DTypeError, EmberError, ShapeError
+from ember.schedule.kernelize import ExecItem, create_schedule
+from ember.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class Arg:
+    """The shape and dtype of one argument of a NumericalFunction (float64 unless told otherwise)."""
+
+    shape: tuple[int, ...]
+    dtype: DType = dtypes.float64
+
+    def __init__(self, shape: int | Sequence[int], dtype: DType | str = dtypes.float64) -> None:
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        if any(not isinstance(d, int) or d < 0 for d in dims):
+            raise ShapeError(f"Arg: shape sizes must be non-negative ints, got {shape!r}")
+        object.__setattr__(self, "shape", dims)
+        object.__setattr__(self, "dtype", to_dtype(dtype))
+
+
+@dataclass
+class Plan:
+    """What tracing found: kernels to run per call and the role of every buffer they touch."""
+
+    items: list[ExecItem]
+    inputs: list[Buffer]
+    outputs: list[Buffer]
+    output_shapes: list[tuple[int, ...]]
+    constants: list[Buffer]  # hold their values from trace time on
+    intermediates: list[Buffer]
+
+
+class NumericalFunction:
+    """`fn` traced once on `args`; call it with arrays of those shapes, export it with generate_module.
+
+    Constants captured by `fn` (`Tensor(numpy_array)`) are part of the function; kernels that depend on them alone
+    run once when it is traced."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> None:
+        if not name.isidentifier(): raise ValueError(f"NumericalFunction: name {name!r} must be an identifier")
+        self.name, self.fn, self.args = name, fn, [a if isinstance(a, Arg) else Arg(a) for a in args]
+        placeholders = [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in self.args]
+        outs = fn(*placeholders)
+        self.single = isinstance(outs, Tensor)
+        outs = (outs,) if self.single else outs
+        if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, Tensor) for o in outs):
+            got = [type(o).__name__ for o in outs] if isinstance(outs, (tuple, list)) else type(outs).__name__
+            raise EmberError(f"NumericalFunction {name!r}: fn must return a Tensor or a tuple of Tensors, got {got}")
+        self.traced_inputs, self.traced_outputs = placeholders, list(outs)
+        self.plan = _plan([p._buffer() for p in placeholders], [o.contiguous() for o in outs])
+
+    @property
+    def output_shapes(self) -> list[tuple[int, ...]]: return self.plan.output_shapes
+
+    def _check(self, values: Sequence[Any]) -> list[np.ndarray]:
+        if len(values) != len(self.args):
+            raise TypeError(f"{self.name}: takes {len(self.args)} arguments, got {len(values)}")
+        arrays = []
+        for i, (v, arg) in enumerate(zip(values, self.args, strict=True)):
+            a = np.asarray(v)
+            want = to_numpy(arg.dtype)
+            if a.shape != arg.shape:
+                raise ShapeError(f"{self.name}: argument {i} has shape {a.shape}, expected {arg.shape}")
+            if not np.can_cast(a.dtype, want, "same_kind"):
+                raise DTypeError(f"{self.name}: argument {i} has dtype {a.dtype}, expected {np.dtype(want)} (or one "
+                                 f"that converts to it without changing kind)")
+            arrays.append(a)
+        return arrays
+
+    def __call__(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Run on numpy arrays (or anything np.asarray takes); returns fresh arrays."""
+        from ember.engine.realize import get_runner
+        for buf, a in zip(self.plan.inputs, self._check(values), strict=True): buf.copyin(a)
+        for item in self.plan.items: get_runner(item.bufs[0].device, item.ast)(item, wait=False)
+        outs = tuple(b.numpy().reshape(s) for b, s in zip(self.plan.outputs, self.plan.output_shapes, strict=True))
+        return outs[0] if self.single else outs
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in self.args)
+        return f"<NumericalFunction {self.name}({sig}) -> {len(self.plan.outputs)} outputs, " \
+               f"{len(self.plan.items)} kernels>"
+
+
+def numerical_function(name: str, *shapes: int | Sequence[int] | Arg) -> Callable[[Callable[..., Any]],
+                                                                                NumericalFunction]:
+    """Decorator: `@numerical_function("f", (3,), (2, 2))` makes a NumericalFunction of float64 arguments."""
+    def wrap(fn: Callable[..., Any]) -> NumericalFunction:
+        return NumericalFunction(name, fn, [s if isinstance(s, Arg) else Arg(s) for s in shapes])
+    return wrap
+
+
+def _plan(inputs: list[Buffer], outputs: list[Tensor]) -> Plan:
+    """Schedule the outputs; run now the kernels that read only constants; sort the buffers by kind."""
+    from ember.engine.realize import run_schedule
+    device = Device.DEFAULT
+    items, views = create_schedule([o.uop for o in outputs], device)
+    out_bufs = [_view_buffer(views[o.uop]) for o in outputs]
+    written = {id(b) for item in items for b in item.bufs[:1]}
+    known = {id(b) for item in items for b in item.bufs[1:] if id(b) not in written} - {id(b) for b in inputs}
+    per_call: list[ExecItem] = []
+    for item in items:
+        if all(id(b) in known for b in item.bufs[1:]) and not any(item.bufs[0] is b for b in out_bufs):
+            run_schedule([item])  # depends on constants alone: its result is a constant too
+            known.add(id(item.bufs[0]))
+        else: per_call.append(item)
+    seen: dict[int, Buffer] = {}
+    for item in per_call:
+        for b in item.bufs: seen.setdefault(id(b), b)
+    constants = [b for i, b in seen.items() if i in known]
+    fixed = {id(b) for b in inputs + out_bufs + constants}
+    intermediates = [b for i, b in seen.items() if i not in fixed]
+    return Plan(per_call, inputs, out_bufs, [o.shape for o in outputs], constants, intermediates)
+
+
+def _view_buffer(view: Any) -> Buffer:
+    from ember.device import buffer_of
+    while view.op.name == "RESHAPE": view = view.src[0]
+    return buffer_of(view)
