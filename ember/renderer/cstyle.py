@@ -121,12 +121,23 @@ _INLINE = {Ops.CONST, Ops.INDEX, Ops.AFTER}
 
 
 class CRenderer(Renderer):
-    """C99 for the host compiler. One function per kernel; buffers are `restrict` pointers."""
+    """C99 for the host compiler. One function per kernel; buffers are `restrict` pointers, const where only read.
+
+    The C++ flavor (ember/export/cpp.py) changes only what the class attributes name."""
 
     device = "CPU"
     supported_ops = frozenset(Ops)
+    prelude = PRELUDE
+    restrict = "restrict"
+    linkage = ""  # "static " for kernels private to one translation unit
+    matcher = pm_render_c
 
     def render(self, name: str, uops: list[UOp]) -> str:
+        return self.prelude + self.render_function(name, uops)
+
+    def render_function(self, name: str, uops: list[UOp]) -> str:
+        """The kernel as one C function, without the prelude."""
+        stored = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}
         names: dict[UOp, str] = {}
         params: list[tuple[int, str]] = []  # (position, declaration): buffers by slot, then variables
         body: list[str] = []
@@ -141,7 +152,8 @@ class CRenderer(Renderer):
             pad = "  " * depth
             if u.op is Ops.DEFINE_GLOBAL:
                 names[u] = f"data{u.arg}"
-                params.append((u.arg, f"{c_type(u.dtype)} restrict data{u.arg}"))
+                const = "" if u.arg in stored else "const "
+                params.append((u.arg, f"{const}{c_type(u.dtype)} {self.restrict} data{u.arg}"))
             elif u.op is Ops.DEFINE_VAR:
                 names[u] = u.arg.name
                 params.append((1 << 30, f"const {c_type(u.dtype)} {u.arg.name}"))
@@ -162,7 +174,7 @@ class CRenderer(Renderer):
             elif u.op in (Ops.SINK, Ops.NOOP):
                 continue
             else:
-                code = pm_render_c.rewrite(u, ctx=names)
+                code = self.matcher.rewrite(u, ctx=names)
                 if code is None: raise NotImplementedError(f"C renderer: cannot render {u.op} ({u.dtype})")
                 if u.op in _INLINE:
                     names[u] = code
@@ -170,4 +182,5 @@ class CRenderer(Renderer):
                     if u.dtype.scalar is dtypes.bfloat16 and u.op is not Ops.LOAD: code = f"bf16_round({code})"
                     names[u] = fresh("val" if u.op is Ops.LOAD else "alu")
                     body.append(f"{pad}const {c_type(u.dtype)} {names[u]} = {code};")
-        return PRELUDE + f"void {name}({', '.join(p for _, p in sorted(params))}) {{\n" + "\n".join(body) + "\n}\n"
+        signature = f"{self.linkage}void {name}({', '.join(p for _, p in sorted(params))})"
+        return signature + " {\n" + "\n".join(body) + "\n}\n"

@@ -1,0 +1,160 @@
+"""generate_module: NumericalFunctions as a dependency-free C++17 header and source, from Jinja2 templates.
+
+Each function's plan (see function.py) becomes: typed `Buffer<T, N...>` aliases for its inputs and outputs, a
+Workspace holding its constants and intermediates (each at a 16-byte aligned offset), `init_ws` copying the
+constants in from `static constexpr` arrays, and `call` running the kernels in order. Kernels are ember's C
+kernels rendered as C++ (memcpy bit casts, `__restrict`), private to the translation unit. The output depends only
+on the functions, so generating twice gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+import numpy as np
+
+from ember.codegen import get_program, kernel_name
+from ember.device import Buffer
+from ember.dtype import DType, dtypes
+from ember.export.function import NumericalFunction
+from ember.renderer.cstyle import CRenderer, c_type, pm_render_c
+from ember.uop.ops import Ops, UOp
+from ember.uop.upat import PatternMatcher, UPat
+
+CPP_PRELUDE = """inline float bf16_load(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline std::uint16_t bf16_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest, ties to even
+}
+inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
+template <typename To, typename From>
+inline To bit_cast(From from) {
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
+}
+"""
+
+
+def render_bitcast_cpp(ctx: dict[UOp, str], x: UOp) -> str:
+    a = ctx[x.src[0]]
+    if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(static_cast<std::uint16_t>({a}))"
+    if x.src[0].dtype.scalar is dtypes.bfloat16: return f"static_cast<{c_type(x.dtype)}>(bf16_bits({a}))"
+    return f"bit_cast<{c_type(x.dtype)}>({a})"
+
+
+class CppRenderer(CRenderer):
+    """ember's C kernels as C++17: the same code, with memcpy bit casts and no prelude of its own."""
+
+    prelude = ""
+    restrict = "__restrict"
+    matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp)]) + pm_render_c
+
+
+@dataclass
+class _Buf:
+    name: str
+    type_name: str
+    ctype: str
+    dims: tuple[int, ...]
+
+
+def _literal(v: Any, dtype: DType) -> str:
+    """An exact C++ literal of `dtype`."""
+    if dtype is dtypes.bool: return "true" if v else "false"
+    if dtype.is_float and dtype is not dtypes.bfloat16:
+        ct = c_type(dtype)
+        f = float(v)
+        if math.isnan(f): return f"std::numeric_limits<{ct}>::quiet_NaN()"
+        if math.isinf(f): return f"{'-' if f < 0 else ''}std::numeric_limits<{ct}>::infinity()"
+        lit = f.hex()
+        return lit + "f" if dtype is dtypes.float32 else (lit if dtype is dtypes.float64 else f"{ct}({lit})")
+    i = int(v)
+    if dtype is dtypes.int64 and i == -2**63: return "(-9223372036854775807LL - 1)"
+    return f"{i}{'ULL' if dtype is dtypes.uint64 else ('LL' if dtype is dtypes.int64 else '')}"
+
+
+def _constant_values(buf: Buffer) -> str:
+    flat = buf.numpy()
+    dtype = dtypes.uint16 if buf.dtype is dtypes.bfloat16 else buf.dtype  # bfloat16 memory is its 16 bits
+    return ", ".join(_literal(v, dtype) for v in (flat.view(np.uint16) if buf.dtype is dtypes.bfloat16 else flat))
+
+
+def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, Any]:
+    plan = f.plan
+    try: names = list(inspect.signature(f.fn).parameters)[:len(f.args)]
+    except (TypeError, ValueError): names = []
+    if len(names) != len(f.args) or len(set(names)) != len(names) or any(not n.isidentifier() for n in names):
+        names = [f"in{i}" for i in range(len(f.args))]
+    inputs = [_Buf(n, f"{n}_t", c_type(a.dtype), a.shape) for n, a in zip(names, f.args, strict=True)]
+    outputs = [_Buf(f"out{i}", f"out{i}_t", c_type(b.dtype), s)
+               for i, (b, s) in enumerate(zip(plan.outputs, plan.output_shapes, strict=True))]
+    ref: dict[int, str] = {}
+    for b, m in zip(plan.inputs, inputs, strict=True): ref[id(b)] = f"{m.name}.data"
+    for b, m in zip(plan.outputs, outputs, strict=True): ref.setdefault(id(b), f"{m.name}.data")
+    offset, constants = 0, []
+    for i, b in enumerate(plan.constants):
+        ct = c_type(b.dtype)
+        constants.append({"name": f"{f.name}_const{i}", "ctype": ct, "count": max(b.size, 1), "offset": offset,
+                          "init": _constant_values(b) if b.size else _literal(0, b.dtype)})
+        ref[id(b)] = f"reinterpret_cast<{ct}*>(ws.bytes + {offset})"
+        offset += -(-max(b.nbytes, 1) // 16) * 16
+    for b in plan.intermediates:
+        ref[id(b)] = f"reinterpret_cast<{c_type(b.dtype)}*>(ws.bytes + {offset})"
+        offset += -(-max(b.nbytes, 1) // 16) * 16
+    kernels: list[dict[str, str]] = []
+    by_ast: dict[UOp, str] = {}
+    body: list[str] = []
+    for item in plan.items:
+        if item.ast not in by_ast:
+            by_ast[item.ast] = kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
+            kernels.append({"name": kname, "source": get_program(item.ast, renderer, kname).src.rstrip()})
+        body.append(f"{by_ast[item.ast]}({', '.join(ref[id(b)] for b in item.bufs)});")
+    used = {id(b) for item in plan.items for b in item.bufs}
+    body = [f"(void){m.name};" for b, m in zip(plan.inputs, inputs, strict=True) if id(b) not in used] + body
+    if not (plan.constants or plan.intermediates): body.append("(void)ws;")
+    sizes = [{"name": f"{m.name}_size", "value": math.prod(m.dims)} for m in inputs + outputs]
+    sig = ", ".join(f"{a.dtype.name}{list(a.shape)} {n.name}" for a, n in zip(f.args, inputs, strict=True))
+    return {"name": f.name, "signature": f"{f.name}({sig}) -> " + ", ".join(
+        f"{b.ctype}{list(b.dims)}" for b in outputs), "inputs": inputs, "outputs": outputs, "sizes": sizes,
+        "constants": constants, "kernels": kernels, "body": body, "workspace_bytes": offset}
+
+
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("ember.export", "templates"), trim_blocks=True,
+                          lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+
+
+def render_module(name: str, functions: list[NumericalFunction]) -> tuple[str, str]:
+    """(header, source) of the C++ module `name` holding `functions`."""
+    if not name.isidentifier(): raise ValueError(f"generate_module: name {name!r} must be a C++ identifier")
+    if len({f.name for f in functions}) != len(functions):
+        raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
+    renderer = CppRenderer()
+    models = [_function_model(f, renderer) for f in functions]
+    ctx = {"module": name, "functions": models, "prelude": CPP_PRELUDE.rstrip()}
+    source = _ENV.get_template("module.cpp.j2").render(ctx)
+    if "std::numeric_limits" in source:
+        source = source.replace("#include <cstring>", "#include <cstring>\n#include <limits>")
+    return _ENV.get_template("module.hpp.j2").render(ctx), source
+
+
+def generate_module(name: str, functions: list[NumericalFunction], outdir: str) -> tuple[str, str]:
+    """Write `name.hpp` and `name.cpp` into `outdir`; returns their paths."""
+    header, source = render_module(name, functions)
+    os.makedirs(outdir, exist_ok=True)
+    paths = (os.path.join(outdir, f"{name}.hpp"), os.path.join(outdir, f"{name}.cpp"))
+    for path, text in zip(paths, (header, source), strict=True):
+        with open(path, "w") as fh: fh.write(text)
+    return paths
