@@ -71,3 +71,15 @@ def test_round_is_half_to_even_like_torch(dtype):
     got, expected = Tensor(x).round().numpy(), torch.tensor(x).round().numpy()
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+def test_integer_division_by_zero_or_minus_one_never_traps(dtype):
+    """C's x / 0 and INT_MIN / -1 kill the process (SIGFPE); ember gives numpy's 0 for a zero divisor and the
+    wrapped quotient for -1."""
+    info = np.iinfo(dtype)
+    a = np.array([info.min, info.max, 7, 0, 5, info.min], dtype)
+    b = np.array([0, 0, 0, 0, 2, -1 if info.min else 1], dtype)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal((Tensor(a) // Tensor(b)).numpy(), a // b)
+        np.testing.assert_array_equal((Tensor(a) % Tensor(b)).numpy(), a % b)

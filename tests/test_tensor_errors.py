@@ -184,7 +184,8 @@ INDEX_ERRORS = [
     (lambda: ones(2, 3)[Tensor([0, 2])], ("2", "axis 0", "size 2")),
     (lambda: ones(2, 3)[:, Tensor([[-4]])], ("-4", "axis 1", "size 3")),
     (lambda: ones(2, 3)[1.5], ("unsupported index", "1.5")),
-    (lambda: Tensor([1, 2])[True], ("unsupported index", "True")),
+    (lambda: Tensor([1, 2])["a"], ("unsupported index", "'a'")),
+    (lambda: ones(3, 4)[Tensor([True, False])], ("mask of shape (2,)", "(3,)")),
 ]
 
 

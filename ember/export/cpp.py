@@ -48,6 +48,14 @@ inline To bit_cast(From from) {
 """
 
 
+# C++ keywords and the names generated code uses itself: an argument called one of these is named in0, in1, ...
+CPP_RESERVED = frozenset("""alignas alignof and asm auto bool break case catch char class const constexpr continue
+decltype default delete do double else enum explicit export extern false float for friend goto if inline int long
+mutable namespace new noexcept not nullptr operator or private protected public register return short signed sizeof
+static struct switch template this throw true try typedef typename union unsigned using virtual void volatile while
+xor ws data std size""".split())
+
+
 def render_bitcast_cpp(ctx: dict[UOp, str], x: UOp) -> str:
     a = ctx[x.src[0]]
     if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(static_cast<std::uint16_t>({a}))"
@@ -96,23 +104,24 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
     plan = f.plan
     try: names = list(inspect.signature(f.fn).parameters)[:len(f.args)]
     except (TypeError, ValueError): names = []
-    if len(names) != len(f.args) or len(set(names)) != len(names) or any(not n.isidentifier() for n in names):
+    if len(names) != len(f.args) or len(set(names)) != len(names) or \
+            any(not n.isidentifier() or n in CPP_RESERVED or n.startswith("out") for n in names):
         names = [f"in{i}" for i in range(len(f.args))]
     inputs = [_Buf(n, f"{n}_t", c_type(a.dtype), a.shape) for n, a in zip(names, f.args, strict=True)]
     outputs = [_Buf(f"out{i}", f"out{i}_t", c_type(b.dtype), s)
                for i, (b, s) in enumerate(zip(plan.outputs, plan.output_shapes, strict=True))]
     ref: dict[int, str] = {}
-    for b, m in zip(plan.inputs, inputs, strict=True): ref[id(b)] = f"{m.name}.data"
-    for b, m in zip(plan.outputs, outputs, strict=True): ref.setdefault(id(b), f"{m.name}.data")
+    for b, m in zip(plan.inputs, inputs, strict=True): ref[id(b)] = m.name
+    for b, m in zip(plan.outputs, outputs, strict=True): ref.setdefault(id(b), m.name)
     offset, constants = 0, []
     for i, b in enumerate(plan.constants):
         ct = c_type(b.dtype)
         constants.append({"name": f"{f.name}_const{i}", "ctype": ct, "count": max(b.size, 1), "offset": offset,
                           "init": _constant_values(b) if b.size else _literal(0, b.dtype)})
-        ref[id(b)] = f"reinterpret_cast<{ct}*>(ws.bytes + {offset})"
+        ref[id(b)] = f"reinterpret_cast<{ct}*>(ws + {offset})"
         offset += -(-max(b.nbytes, 1) // 16) * 16
     for b in plan.intermediates:
-        ref[id(b)] = f"reinterpret_cast<{c_type(b.dtype)}*>(ws.bytes + {offset})"
+        ref[id(b)] = f"reinterpret_cast<{c_type(b.dtype)}*>(ws + {offset})"
         offset += -(-max(b.nbytes, 1) // 16) * 16
     kernels: list[dict[str, str]] = []
     by_ast: dict[UOp, str] = {}

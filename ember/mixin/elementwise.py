@@ -110,7 +110,7 @@ class ElementwiseMixin:
         if a.dtype.is_float: return a.div(b).trunc() if mode == "trunc" else _float_floor_div(a, b)
         q = self._wrap(UOp(Ops.IDIV, a.dtype, (a.uop, b.uop)))  # truncates, as C
         if mode == "trunc": return q
-        inexact = (q * b).ne(a) & ((a < 0) ^ (b < 0))
+        inexact = (q * b).ne(a) & ((a < 0) ^ (b < 0)) & b.ne(0)  # x // 0 is 0, as numpy (torch raises)
         return inexact.where(q - 1, q)
 
     def neg(self: Tensor) -> Tensor:

@@ -34,6 +34,7 @@ class _BasicIndex:
     tensor_axes: list[int]  # axes of the result indexed by a tensor (their index tensors are in `tensors`)
     tensors: list[Tensor]
     apart: bool  # the index tensors are separated by a slice or None: their axes go first (numpy's rule)
+    empty: list[int]  # new axes made by a `False` index: they have size 0
 
 
 def _as_index_tensor(item: Any, like: Tensor) -> Tensor | None:
@@ -57,19 +58,33 @@ def _check_in_range(idx: Tensor, size: int, axis: int) -> None:
 def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
     """Split an index into its basic part and its index tensors, checking every piece against x's shape."""
     from ember.tensor import Tensor
-    items = list(index) if isinstance(index, tuple) else [index]
-    expanded: list[Any] = []
-    for it in items:  # a boolean mask over k axes is k integer index tensors: the positions of its True values
+    items: list[Any] = []
+    for it in (list(index) if isinstance(index, tuple) else [index]):
         t = _as_index_tensor(it, x)
-        if t is not None and t.dtype is dtypes.bool:
-            expanded += [Tensor(np.asarray(c, dtype=np.int64), device=x.device) for c in np.nonzero(t.numpy())]
-        else: expanded.append(it if t is None else t)
-    items = expanded
+        if t is not None and t.ndim == 0 and (t.dtype.is_int or t.dtype is dtypes.bool):  # as torch: like a scalar
+            it = bool(t.item()) if t.dtype is dtypes.bool else int(t.item())
+        elif t is not None: it = t
+        items.append(it)
     if sum(i is Ellipsis for i in items) > 1: raise IndexError("index: an index can only have one ellipsis")
-    used = sum(1 for i in items if i is not None and i is not Ellipsis)
+    def width(i: Any) -> int:  # axes of x an index item consumes
+        if i is None or i is Ellipsis or isinstance(i, bool): return 0
+        return i.ndim if isinstance(i, Tensor) and i.dtype is dtypes.bool else 1
+    used = sum(width(i) for i in items)
     if used > x.ndim: raise IndexError(f"index: too many indices for a {x.ndim}-d tensor {x.shape}")
     at = next((i for i, it in enumerate(items) if it is Ellipsis), len(items))  # `in` would compare tensors
-    items[at:at + 1] = [slice(None)] * (x.ndim - used) if at < len(items) else [slice(None)] * (x.ndim - used)
+    items[at:at + 1] = [slice(None)] * (x.ndim - used)
+    expanded: list[Any] = []  # a boolean mask over k axes is k index tensors: the positions of its True values
+    axis = 0
+    for it in items:
+        if isinstance(it, Tensor) and it.dtype is dtypes.bool:
+            covered = x.shape[axis:axis + it.ndim]
+            if it.shape != covered:
+                raise IndexError(f"index: a mask of shape {it.shape} does not match the shape {covered} of the axes "
+                                 f"{axis}..{axis + it.ndim - 1} it indexes in {x.shape}")
+            expanded += [Tensor(np.asarray(c, dtype=np.int64), device=x.device) for c in np.nonzero(it.numpy())]
+        else: expanded.append(it)
+        axis += width(it)
+    items = expanded
     box: list[tuple[int, int]] = []
     flips: list[bool] = []
     steps: list[int] = []
@@ -78,8 +93,10 @@ def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
     tensors: list[Tensor] = []
     kinds: list[str] = []
     axis = 0
+    empty: list[int] = []
     for it in items:
-        if it is None:
+        if it is None or isinstance(it, bool):  # a new axis; `False` selects nothing from it (numpy, torch)
+            if it is False: empty.append(len(shape))
             shape.append(1); kinds.append("basic")
             continue
         size = x.shape[axis]
@@ -106,11 +123,12 @@ def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
             raise IndexError(f"index: unsupported index {it!r}; use ints, slices, None, ..., or int/bool tensors")
         axis += 1
     runs = "".join("t" if k == "tensor" else "b" for k in kinds).strip("b")
-    return _BasicIndex(box, flips, steps, tuple(shape), tensor_axes, tensors, "b" in runs)
+    return _BasicIndex(box, flips, steps, tuple(shape), tensor_axes, tensors, "b" in runs, empty)
 
 
 def _basic_view(x: Tensor, ix: _BasicIndex) -> Tensor:
-    return x.shrink(ix.box).flip([i for i, f in enumerate(ix.flips) if f])._strided(ix.steps).reshape(ix.shape)
+    y = x.shrink(ix.box).flip([i for i, f in enumerate(ix.flips) if f])._strided(ix.steps).reshape(ix.shape)
+    return y.shrink([(0, 0) if a in ix.empty else None for a in range(y.ndim)]) if ix.empty else y
 
 
 def _basic_unview(v: Tensor, ix: _BasicIndex, full: tuple[int, ...]) -> Tensor:
@@ -164,9 +182,10 @@ class IndexingMixin:
         ix = _parse_index(self, index)
         y = _basic_view(self, ix)
         if not ix.tensors: return y
-        flat, n = _flat_tensor_index(ix, y)
         from ember.mixin.elementwise import broadcast_shape
-        flat = flat._broadcast_to(broadcast_shape("index", *(t.shape for t in ix.tensors)))
+        shape = broadcast_shape("index", *(t.shape for t in ix.tensors))  # names the op when they do not fit
+        flat, n = _flat_tensor_index(ix, y)
+        flat = flat._broadcast_to(shape)
         others = [a for a in range(y.ndim) if a not in ix.tensor_axes]
         table = y.permute(others + ix.tensor_axes).reshape(tuple(y.shape[a] for a in others) + (n,))
         out = _select(table, flat)  # the other axes, then the index's axes
@@ -182,14 +201,17 @@ class IndexingMixin:
         from ember.tensor import Tensor
         ix = _parse_index(self, index)
         v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        if ix.empty or any(t.numel() == 0 for t in ix.tensors):  # selects nothing: only check the value's shape
+            _broadcast_value(v.shape, self[index].shape)
+            return
         if not ix.tensors:
             target = _basic_view(self, ix).shape
-            v = v.cast(self.dtype)._broadcast_to(_broadcast_value(v.shape, target))
+            v = _fit(v.cast(self.dtype), target)
             inside = _basic_unview(Tensor.ones(target, dtype=dtypes.bool, device=self.device), ix, self.shape)
             new = inside.where(_basic_unview(v, ix, self.shape), self)
         else:  # where each written element lands, as flat positions; the last write to a position wins
             positions = Tensor.arange(self.numel(), device=self.device).reshape(self.shape)[index]
-            v = v.cast(self.dtype)._broadcast_to(_broadcast_value(v.shape, positions.shape)).flatten()
+            v = _fit(v.cast(self.dtype), positions.shape).flatten()
             positions = positions.flatten()
             hit = positions.unsqueeze(-1).eq(Tensor.arange(self.numel(), device=self.device))  # (writes, numel)
             order = Tensor.arange(1, positions.numel() + 1, device=self.device).unsqueeze(-1)
@@ -234,6 +256,7 @@ class IndexingMixin:
 
     def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """The entries of self along `dim` at the 1-d `index`, as torch.index_select."""
+        if self.ndim == 0: return self.reshape(1).index_select(0, index).reshape(())
         d = self._axis(dim, "index_select")
         if index.ndim > 1: raise ShapeError(f"index_select: index must be 1-d, got shape {index.shape}")
         return self[(slice(None),) * d + (index.reshape(-1),)]
@@ -241,7 +264,7 @@ class IndexingMixin:
     def nonzero(self: Tensor) -> Tensor:
         """The indices of the nonzero elements, one row each (realizes self: the count depends on the values)."""
         from ember.tensor import Tensor
-        return Tensor(np.argwhere(self.numpy()).astype(np.int64).reshape(-1, self.ndim), device=self.device)
+        return Tensor(np.argwhere(self.numpy()).astype(np.int64), device=self.device)
 
     def masked_select(self: Tensor, mask: Tensor) -> Tensor:
         """The elements of self where mask is True, as a 1-d tensor (realizes the mask)."""
@@ -251,10 +274,19 @@ class IndexingMixin:
 
 
 def _broadcast_value(value: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+    """`target`, if a value of shape `value` can be written there (leading size-1 axes of the value are dropped)."""
     from ember.mixin.elementwise import broadcast_shape
-    if broadcast_shape("setitem", value, target) != target:
+    while len(value) > len(target) and value[0] == 1: value = value[1:]
+    if len(value) > len(target) or broadcast_shape("setitem", value, target) != target:
         raise ShapeError(f"setitem: a value of shape {value} cannot be written to a selection of shape {target}")
     return target
+
+
+def _fit(v: Tensor, target: tuple[int, ...]) -> Tensor:
+    """v broadcast to the selection it is written to."""
+    _broadcast_value(v.shape, target)
+    while v.ndim > len(target): v = v.reshape(v.shape[1:])
+    return v._broadcast_to(target)
 
 
 def _arange_like(n: int, idx: Tensor) -> Tensor:
@@ -275,6 +307,9 @@ def _check_same_rank(op: str, x: Tensor, index: Tensor, d: int) -> None:
 def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str, include_self: bool) -> Tensor:
     """Every write of a scatter compared with every position of self's axis `dim`, then combined with `reduce`."""
     from ember.tensor import Tensor
+    if self.ndim == 0:
+        src1 = src.reshape(1) if isinstance(src, Tensor) else src
+        return _scatter(self.reshape(1), 0, index.reshape(1), src1, reduce, include_self).reshape(())
     d = self._axis(dim, "scatter")
     _check_same_rank("scatter", self, index, d)
     _check_in_range(index, self.shape[d], d)

@@ -87,6 +87,18 @@ def render_bitcast(x: UOp, a: str) -> str:
     return f"((union {{{src} in; {c_type(x.dtype)} out;}}){{.in={a}}}).out"
 
 
+def render_int_division(x: UOp, a: str, b: str) -> str:
+    """Integer / and % that never trap: C leaves x/0 and INT_MIN/-1 undefined (SIGFPE on x86). A zero divisor gives
+    0, as numpy does; -1 gives the wrapped negation. Divisions by other constants need no guard."""
+    op = "/" if x.op is Ops.IDIV else "%"
+    d = x.src[1]
+    wide = not x.dtype.is_unsigned and x.dtype.itemsize >= 4  # narrower types compute in int: no overflow
+    if d.op is Ops.CONST and d.arg != 0 and (d.arg != -1 or not wide): return f"({a}{op}{b})"
+    by_minus_one = (f"(-{a})" if op == "/" else "0")
+    guarded = f"(({b}==-1)?{by_minus_one}:({a}{op}{b}))" if wide else f"({a}{op}{b})"
+    return f"(({b}==0)?0:{guarded})"
+
+
 _BINARY = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
            Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 _LIBM = {Ops.EXP: "exp", Ops.LOG: "log", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt",
@@ -100,6 +112,7 @@ def _src(ctx: dict[UOp, str], x: UOp) -> list[str]:
 pm_render_c = PatternMatcher([
     (UPat(Ops.CONST, name="x"), lambda ctx, x: c_const(x.arg, x.dtype)),
     (UPat(Ops.MOD, dtype=FLOATS, name="x"), lambda ctx, x: _libm("fmod", x.dtype, *_src(ctx, x))),
+    (UPat((Ops.IDIV, Ops.MOD), name="x"), lambda ctx, x: render_int_division(x, *_src(ctx, x))),
     (UPat(tuple(_BINARY), name="x"), lambda ctx, x: f"({_src(ctx, x)[0]}{_BINARY[x.op]}{_src(ctx, x)[1]})"),
     (UPat(tuple(_LIBM), name="x"), lambda ctx, x: _libm(_LIBM[x.op], x.dtype, ctx[x.src[0]])),
     (UPat(Ops.POW, name="x"), lambda ctx, x: _libm("pow", x.dtype, *_src(ctx, x))),
