@@ -77,6 +77,13 @@ class _Buf:
     type_name: str
     ctype: str
     dims: tuple[int, ...]
+    npy: str  # numpy's type number, for the Python extension
+
+
+NPY_TYPES = {dtypes.bool: "NPY_BOOL", dtypes.int8: "NPY_INT8", dtypes.int16: "NPY_INT16", dtypes.int32: "NPY_INT32",
+             dtypes.int64: "NPY_INT64", dtypes.uint8: "NPY_UINT8", dtypes.uint16: "NPY_UINT16",
+             dtypes.uint32: "NPY_UINT32", dtypes.uint64: "NPY_UINT64", dtypes.float16: "NPY_HALF",
+             dtypes.float32: "NPY_FLOAT", dtypes.float64: "NPY_DOUBLE"}
 
 
 def _literal(v: Any, dtype: DType) -> str:
@@ -107,8 +114,9 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
     if len(names) != len(f.args) or len(set(names)) != len(names) or \
             any(not n.isidentifier() or n in CPP_RESERVED or n.startswith("out") for n in names):
         names = [f"in{i}" for i in range(len(f.args))]
-    inputs = [_Buf(n, f"{n}_t", c_type(a.dtype), a.shape) for n, a in zip(names, f.args, strict=True)]
-    outputs = [_Buf(f"out{i}", f"out{i}_t", c_type(b.dtype), s)
+    inputs = [_Buf(n, f"{n}_t", c_type(a.dtype), a.shape, NPY_TYPES.get(a.dtype, ""))
+              for n, a in zip(names, f.args, strict=True)]
+    outputs = [_Buf(f"out{i}", f"out{i}_t", c_type(b.dtype), s, NPY_TYPES.get(b.dtype, ""))
                for i, (b, s) in enumerate(zip(plan.outputs, plan.output_shapes, strict=True))]
     ref: dict[int, str] = {}
     for b, m in zip(plan.inputs, inputs, strict=True): ref[id(b)] = m.name
@@ -145,14 +153,23 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("ember.export", "templates
                           lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
-def render_module(name: str, functions: list[NumericalFunction]) -> tuple[str, str]:
-    """(header, source) of the C++ module `name` holding `functions`."""
+def module_context(name: str, functions: list[NumericalFunction]) -> dict[str, Any]:
+    """What the templates are rendered from: the module name, one model per function, the prelude."""
     if not name.isidentifier(): raise ValueError(f"generate_module: name {name!r} must be a C++ identifier")
     if len({f.name for f in functions}) != len(functions):
         raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
     renderer = CppRenderer()
-    models = [_function_model(f, renderer) for f in functions]
-    ctx = {"module": name, "functions": models, "prelude": CPP_PRELUDE.rstrip()}
+    return {"module": name, "functions": [_function_model(f, renderer) for f in functions],
+            "prelude": CPP_PRELUDE.rstrip()}
+
+
+def render_module(name: str, functions: list[NumericalFunction]) -> tuple[str, str]:
+    """(header, source) of the C++ module `name` holding `functions`."""
+    ctx = module_context(name, functions)
+    return render_templates(ctx)
+
+
+def render_templates(ctx: dict[str, Any]) -> tuple[str, str]:
     source = _ENV.get_template("module.cpp.j2").render(ctx)
     if "std::numeric_limits" in source:
         source = source.replace("#include <cstring>", "#include <cstring>\n#include <limits>")

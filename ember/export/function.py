@@ -71,10 +71,16 @@ class NumericalFunction:
             got = [type(o).__name__ for o in outs] if isinstance(outs, (tuple, list)) else type(outs).__name__
             raise EmberError(f"NumericalFunction {name!r}: fn must return a Tensor or a tuple of Tensors, got {got}")
         self.traced_inputs, self.traced_outputs = placeholders, list(outs)
+        self._native: Callable[..., Any] | bool | None = None  # built on the first call
         self.plan = _plan([p._buffer() for p in placeholders], [o.contiguous() for o in outs])
 
     @property
     def output_shapes(self) -> list[tuple[int, ...]]: return self.plan.output_shapes
+
+    def _coerce(self, *values: Any) -> tuple[np.ndarray, ...]:
+        """The arguments as C-ordered arrays of the argument dtypes, or the error naming what is wrong."""
+        return tuple(np.asarray(a, dtype=to_numpy(arg.dtype), order="C")
+                     for a, arg in zip(self._check(values), self.args, strict=True))
 
     def _check(self, values: Sequence[Any]) -> list[np.ndarray]:
         if len(values) != len(self.args):
@@ -92,7 +98,17 @@ class NumericalFunction:
         return arrays
 
     def __call__(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        """Run on numpy arrays (or anything np.asarray takes); returns fresh arrays."""
+        """Run on numpy arrays (or anything np.asarray takes); returns fresh arrays.
+
+        The first call compiles the function into native code (cached on disk); later calls go straight to it."""
+        if self._native is None:
+            from ember.export.native import build_native
+            self._native = build_native(self) or False
+        if self._native: return self._native(*values)
+        return self.call_kernels(*values)
+
+    def call_kernels(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """The slow path: run the traced kernels one by one from Python (no C++ compiler needed)."""
         from ember.engine.realize import get_runner
         for buf, a in zip(self.plan.inputs, self._check(values), strict=True): buf.copyin(a)
         for item in self.plan.items: get_runner(item.bufs[0].device, item.ast)(item, wait=False)
