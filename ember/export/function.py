@@ -77,6 +77,9 @@ class NumericalFunction:
     @property
     def output_shapes(self) -> list[tuple[int, ...]]: return self.plan.output_shapes
 
+    @property
+    def output_dtypes(self) -> list[DType]: return [b.dtype for b in self.plan.outputs]
+
     def _coerce(self, *values: Any) -> tuple[np.ndarray, ...]:
         """The arguments as C-ordered arrays of the argument dtypes, or the error naming what is wrong."""
         return tuple(np.asarray(a, dtype=to_numpy(arg.dtype), order="C")
