@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ember.dtype import dtypes
-from ember.helpers import argsort
+from ember.helpers import argsort, prod
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -101,6 +101,18 @@ def grad_flip(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
     return (ctx.flip([i for i, f in enumerate(ret.arg) if f]),)
 
 
+def grad_gather(ctx: Tensor, ret: UOp, x: UOp, idx: UOp) -> Grads:
+    """Each gathered position sends its gradient to the element it read; an element read several times adds them.
+    Written as a comparison of every read with every element (the backward pass of an embedding lookup)."""
+    from ember.tensor import Tensor
+    axis, n = ret.arg, x.shape[ret.arg]
+    lead, trail = x.shape[:axis], x.shape[axis + 1:]
+    reads = as_tensor(idx, ctx).reshape(-1)
+    hit = reads.unsqueeze(-1).eq(Tensor.arange(n, dtype=reads.dtype, device=ctx.device)).reshape(1, -1, n, 1)
+    per_read = ctx.reshape(prod(lead), reads.numel(), 1, prod(trail))
+    return hit.where(per_read, 0).sum(1).reshape(lead + (n,) + trail), None
+
+
 pm_gradient = PatternMatcher([
     (UPat(Ops.CAST, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.cast(x.dtype),)),
     (UPat((Ops.CONTIGUOUS, Ops.COPY), name="ret"), lambda ctx, ret: (ctx,)),
@@ -137,6 +149,7 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.PAD, name="ret", src=(UPat.var("x"),)), grad_pad),
     (UPat(Ops.SHRINK, name="ret", src=(UPat.var("x"),)), grad_shrink),
     (UPat(Ops.FLIP, name="ret", src=(UPat.var("x"),)), grad_flip),
+    (UPat(Ops.GATHER, name="ret", src=(UPat.var("x"), UPat.var("idx"))), grad_gather),
 ])
 
 

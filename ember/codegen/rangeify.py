@@ -1,7 +1,7 @@
 """Rangeify: turn a kernel's movement ops into index arithmetic over explicit loops. The first codegen stage.
 
 Before: `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value))`, `value` a tensor-level graph (ALU, RESHAPE, PERMUTE,
-        EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS) over DEFINE_GLOBALs and CONSTs.
+        EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS, GATHER) over DEFINE_GLOBALs and CONSTs.
 After:  `SINK(STORE(INDEX(DEFINE_GLOBAL(0), i), v))`: every output axis is a RANGE, every read a
         `LOAD(INDEX(DEFINE_GLOBAL(n), i[, gate]))`, every REDUCE_AXIS a `REDUCE(v, *RANGE)` (or its identity over
         an empty axis); no movement op remains. Every DEFINE_GLOBAL of the input is still in the graph.
@@ -118,6 +118,18 @@ def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...])
     return UOp(Ops.REDUCE, x.dtype, (value, *ranges), op) if ranges else value
 
 
+def index_gather(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """A gathered position reads its source where the index tensor's value says: a data-dependent address, loaded
+    only when it is inside the axis (an index outside reads 0, never memory out of bounds)."""
+    src, table, axis = x.src[0], x.src[1], x.arg
+    k = len(table.shape)
+    d = idx[0].dtype if idx else dtypes.int32
+    where = at(table, valid, idx[axis:axis + k]).cast(d)
+    inside = valid & (UOp.const(d, -1) < where) & (where < src.shape[axis])
+    value = at(src, inside, idx[:axis] + (where,) + idx[axis + k:])
+    return inside.where(value, UOp.const(x.dtype, 0))
+
+
 def index_buffer(x: UOp, g: UOp, valid: UOp, i: UOp) -> UOp | None:
     """A read of a buffer is a LOAD, gated by `valid` unless it is always true."""
     if isinstance(x.dtype, PtrDType): return None  # already a kernel-level INDEX
@@ -146,6 +158,8 @@ pm_rangeify = PatternMatcher([
      lambda x: index_movement(x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(Ops.REDUCE_AXIS),), allow_any_len=True, name="x"),
      lambda ctx, x: index_reduce(ctx, x.src[0], x.src[1], x.src[2:])),
+    (UPat(Ops.INDEX, src=(UPat(Ops.GATHER),), allow_any_len=True, name="x"),
+     lambda x: index_gather(x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="c"),), allow_any_len=True), lambda c: c),
     (UPat(Ops.INDEX, src=(UPat(Ops.ARANGE, name="a"), UPat.var("valid"), UPat.var("i"))), lambda a, valid, i:
      i.cast(a.dtype)),  # the value of an ARANGE is its index

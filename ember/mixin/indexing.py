@@ -17,7 +17,7 @@ import numpy as np
 
 from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError
-from ember.helpers import prod
+from ember.helpers import prod, strides_for_shape
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -167,9 +167,6 @@ def _select_last(table: Tensor, idx: Tensor) -> Tensor:
     return hit.where(table, 0).sum(-1).cast(table.dtype)
 
 
-def _select(table: Tensor, idx: Tensor) -> Tensor:
-    """table[..., idx] for a last axis of table selected by idx (any shape): shape table.shape[:-1] + idx.shape."""
-    return _select_last(table.reshape(table.shape[:-1] + (1,) * idx.ndim + table.shape[-1:]), idx)
 
 
 class IndexingMixin:
@@ -188,7 +185,7 @@ class IndexingMixin:
         flat = flat._broadcast_to(shape)
         others = [a for a in range(y.ndim) if a not in ix.tensor_axes]
         table = y.permute(others + ix.tensor_axes).reshape(tuple(y.shape[a] for a in others) + (n,))
-        out = _select(table, flat)  # the other axes, then the index's axes
+        out = table._take(table.ndim - 1, flat)  # the other axes, then the index's axes
         first = 0 if ix.apart else ix.tensor_axes[0]
         k = len(others)
         order = list(range(first)) + list(range(k, out.ndim)) + list(range(first, k))
@@ -222,14 +219,29 @@ class IndexingMixin:
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1, as torch.gather: out has index's shape."""
+        from ember.tensor import Tensor
         if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         d = self._axis(dim, "gather")
         _check_same_rank("gather", self, index, d)
         _check_in_range(index, self.shape[d], d)
-        x = self.shrink([(0, s) if a == d else (0, index.shape[a]) for a, s in enumerate(self.shape)])
-        table = x.permute([a for a in range(x.ndim) if a != d] + [d]).unsqueeze(d)  # index's axes (1 at d), then n
-        n = self.shape[d]
-        return _select_last(table, (index < 0).where(index + n, index))
+        n, strides = self.shape[d], strides_for_shape(self.shape)
+        along = (index < 0).where(index + n, index).cast(dtypes.int64 if self.numel() > 2**31 - 1 else dtypes.int32)
+        flat = along * strides[d]
+        for a, size in enumerate(index.shape):
+            if a != d and size > 1:
+                coord = Tensor.arange(size, dtype=flat.dtype, device=self.device)
+                flat = flat + coord.reshape(tuple(size if i == a else 1 for i in range(index.ndim))) * strides[a]
+        flat = ((along >= 0) & (along < n)).where(flat, -1)  # a lazy index outside the axis reads 0
+        return self.flatten()._take(0, flat)
+
+    def _take(self: Tensor, axis: int, idx: Tensor) -> Tensor:
+        """self with `axis` replaced by idx's axes: out[..., j..., ...] = self[..., idx[j...], ...]. One load per
+        element (a data-dependent address); negative indices count from the end, others outside read 0."""
+        from ember.uop.ops import Ops, UOp
+        if not idx.dtype.is_int: raise DTypeError(f"index: indices must be integers, not {idx.dtype.name}")
+        n = self.shape[axis]
+        idx = (idx < 0).where(idx + n, idx)
+        return self._wrap(UOp(Ops.GATHER, self.dtype, (self.uop, idx.uop), axis))
 
     def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
         """self with src[i][j][k] written at [i][index[i][j][k]][k] (dim=1); reduce 'add' or 'multiply' combines."""

@@ -29,6 +29,7 @@ class Ops(enum.IntEnum):
     RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()  # noqa: E702
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
     REDUCE_AXIS = enum.auto(); ARANGE = enum.auto()  # noqa: E702  (ARANGE: the tensor 0..arg-1)
+    GATHER = enum.auto()  # GATHER(x, idx), arg axis: x with axis `arg` indexed by the values of idx
     # kernel level
     DEFINE_GLOBAL = enum.auto(); DEFINE_VAR = enum.auto(); DEFINE_REG = enum.auto()  # noqa: E702
     DEFINE_LOCAL = enum.auto(); SPECIAL = enum.auto()  # noqa: E702
@@ -364,6 +365,7 @@ def _compute_shape(u: UOp) -> tuple[int, ...]:
     if u.op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(src, u.arg, strict=True))
     if u.op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
     if u.op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src))
+    if u.op is Ops.GATHER: return src[:u.arg] + u.src[1]._shape + src[u.arg + 1:]  # type: ignore[attr-defined]
     if u.op in (Ops.SINK, Ops.KERNEL): return ()
     return src
 
