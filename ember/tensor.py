@@ -58,7 +58,7 @@ def no_grad() -> _ClassFlag:
 
 def _data_to_uop(data: Any, dtype: DType | None, device: str) -> UOp:
     if isinstance(data, UOp): return data if dtype is None else data.cast(dtype)
-    if isinstance(data, (bool, int, float)):
+    if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):  # np.float64 is a float too
         dt = dtype or dtypes.from_py(data)
         return UOp.const(dt, data)
     if isinstance(data, (list, tuple)):

@@ -35,6 +35,15 @@ def test_tensor_from_python_and_numpy_keeps_values_with_ember_default_dtypes(dat
     np.testing.assert_array_equal(t.numpy(), want)
 
 
+@pytest.mark.parametrize("scalar", [np.float64(1.5), np.float32(-0.25), np.float16(2.0), np.int64(-3), np.int8(5),
+                                    np.uint8(200), np.bool_(True)], ids=lambda s: type(s).__name__)
+def test_tensor_from_a_numpy_scalar_keeps_its_dtype_as_torch(scalar):
+    """np.float64 subclasses Python's float, yet it names its dtype: torch.tensor keeps float64, and so must ember."""
+    t, want = Tensor(scalar), torch.tensor(scalar)
+    assert t.shape == () and t.dtype.name == dtype_name(want)
+    np.testing.assert_array_equal(t.numpy(), want.numpy())
+
+
 @pytest.mark.parametrize("dtype", ["float64", "int8", "int64", "uint8", "bool", "float16"])
 def test_tensor_with_dtype_converts_the_data(dtype):
     t = Tensor([0, 1, 2], dtype=dtype)
