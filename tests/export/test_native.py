@@ -33,6 +33,16 @@ def test_native_call_matches_the_kernel_path_bit_for_bit():
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("values", [[1.0] * 3 + [0.0] * 5 + [1.0] * 2, [0.0] * 8 + [1.0] * 2, [2.0] * 4 + [0.5] * 6])
+def test_constants_whose_first_bytes_repeat_survive_the_native_build(values):
+    """g++ 12 with -march=native on AVX-512 folded the workspace copy of such constants into a broadcast of the
+    first element; the generated init_ws reads them through a volatile pointer."""
+    c = np.array(values)
+    f = NumericalFunction("repeating_constant", lambda x: x * Tensor(c), [Arg(10)])
+    x = np.arange(1.0, 11.0)
+    np.testing.assert_array_equal(f(x), x * c)
+
+
 def test_native_call_converts_or_rejects_other_arguments():
     f = make()
     a, b, c = f([1, 2, 3], 2)  # lists and Python ints go through the Python check

@@ -1,0 +1,143 @@
+"""Dense transforms of NumericalFunctions: vjp, jvp, gradient, jacobian, hessian, vmap.
+
+Each transform traces the original function again on fresh placeholders and transforms the traced graph, so the
+result is an ordinary NumericalFunction: it can be called from Python, transformed again and exported to C++.
+Reverse mode is `Tensor.gradient` (ember/gradient.py), forward mode ad/forward.py, batching ad/batching.py.
+
+A jacobian is one pass with the directions as a batch axis: forward with one unit tangent per input element, or,
+when the output is smaller, the vjp lifted over one unit cotangent per output element. A hessian is forward mode
+over the reverse-mode gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.ad.batching import broadcast_front, lift
+from ember.ad.forward import tangents
+from ember.device import Device
+from ember.errors import ShapeError
+from ember.export.function import Arg, NumericalFunction
+from ember.helpers import prod
+from ember.tensor import Tensor
+from ember.uop.ops import UOp
+
+
+def _argnum(f: NumericalFunction, argnum: int, op: str) -> int:
+    if not -len(f.args) <= argnum < len(f.args):
+        raise IndexError(f"{op}: argnum {argnum} is out of range for {f.name}, which takes {len(f.args)} arguments")
+    if not f.args[argnum].dtype.is_float:
+        raise TypeError(f"{op}: argument {argnum} of {f.name} is {f.args[argnum].dtype.name}; derivatives need floats")
+    return argnum % len(f.args)
+
+
+def _single(f: NumericalFunction, xs: tuple[Tensor, ...], op: str) -> Tensor:
+    """f's one output, traced on xs."""
+    out = f.fn(*xs)
+    if not isinstance(out, Tensor):
+        raise ShapeError(f"{op}: {f.name} returns {len(out)} outputs; differentiate a function with one output")
+    return out
+
+
+def vjp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
+    """(x..., u) -> u^T df/dx_argnum: the cotangent u has the output's shape; the result has x_argnum's shape."""
+    a = _argnum(f, argnum, "vjp")
+    out_shape = f.output_shapes[0]
+    if len(f.output_shapes) != 1: raise ShapeError(f"vjp: {f.name} must have one output")
+    def fn(*xs: Tensor) -> Tensor:
+        out = _single(f, xs[:-1], "vjp")
+        return _grad(out, xs[a], xs[-1].cast(out.dtype))
+    return NumericalFunction(f"{f.name}_vjp", fn, [*f.args, Arg(out_shape, f.output_dtypes[0])])
+
+
+def jvp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
+    """(x..., v) -> df/dx_argnum v: the tangent v has x_argnum's shape; the result has the output's shape."""
+    a = _argnum(f, argnum, "jvp")
+    if len(f.output_shapes) != 1: raise ShapeError(f"jvp: {f.name} must have one output")
+    def fn(*xs: Tensor) -> Tensor:
+        out = _single(f, xs[:-1], "jvp")
+        v = xs[-1].cast(xs[a].dtype).reshape(1, *xs[a].shape)
+        return _tensor(tangents([out.uop], {xs[a].uop: v.uop}, 1)[0]).reshape(out.shape)
+    return NumericalFunction(f"{f.name}_jvp", fn, [*f.args, f.args[a]])
+
+
+def gradient(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
+    """x... -> df/dx_argnum for a scalar f, in x_argnum's shape."""
+    a = _argnum(f, argnum, "gradient")
+    if len(f.output_shapes) != 1 or prod(f.output_shapes[0]) != 1:
+        raise ShapeError(f"gradient: {f.name} must return one scalar, not outputs of shapes {f.output_shapes}; "
+                         f"use jacobian or vjp")
+    return NumericalFunction(f"{f.name}_grad", lambda *xs: _grad(_single(f, xs, "gradient").sum(), xs[a]), f.args)
+
+
+def jacobian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
+    """x... -> df/dx_argnum of shape output.shape + x_argnum.shape."""
+    a = _argnum(f, argnum, "jacobian")
+    if len(f.output_shapes) != 1: raise ShapeError(f"jacobian: {f.name} must have one output")
+    return NumericalFunction(f"{f.name}_jac", lambda *xs: _jacobian(_single(f, xs, "jacobian"), xs[a]), f.args)
+
+
+def hessian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
+    """x... -> d2f/dx_argnum2 for a scalar f, of shape x_argnum.shape * 2."""
+    return jacobian(gradient(f, argnum), argnum)
+
+
+def _grad(out: Tensor, x: Tensor, seed: Tensor | None = None) -> Tensor:
+    return out.gradient(x, gradient=seed)[0]
+
+
+def _tensor(u: UOp) -> Tensor: return Tensor._from_uop(u, Device.DEFAULT)
+
+
+def forward_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
+    """d out / dx along each row of seeds (k, *x.shape), in one pass: (k, *out.shape)."""
+    return _tensor(tangents([out.uop], {x.uop: seeds.cast(x.dtype).uop}, seeds.shape[0])[0])
+
+
+def reverse_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
+    """u^T d out / dx for each row u of seeds (k, *out.shape), in one pass: the vjp lifted over u, (k, *x.shape)."""
+    u = Tensor.empty(*out.shape, dtype=out.dtype).realize()  # stands for the cotangent; the vjp is linear in it
+    pulled, batched = lift([_grad(out, x, u).uop], {u.uop: (seeds.cast(out.dtype).uop, True)}, seeds.shape[0])[0]
+    return _tensor(pulled if batched else broadcast_front(pulled, seeds.shape[0]))
+
+
+def _jacobian(out: Tensor, x: Tensor) -> Tensor:
+    """Columns d out / dx_j by forward mode, or rows d out_i / dx by reverse mode, whichever are fewer."""
+    n_out, n_in = prod(out.shape), prod(x.shape)
+    if n_out == 0 or n_in == 0: return Tensor.zeros(out.shape + x.shape, dtype=out.dtype)
+    if n_in <= n_out:
+        cols = forward_directions(out, x, Tensor.eye(n_in, dtype=x.dtype).reshape(n_in, *x.shape))
+        return cols.reshape(n_in, n_out).permute(1, 0).reshape(out.shape + x.shape)
+    rows = reverse_directions(out, x, Tensor.eye(n_out, dtype=out.dtype).reshape(n_out, *out.shape))
+    return rows.reshape(out.shape + x.shape)
+
+
+def vmap(f: NumericalFunction, in_axes: int | None | Sequence[int | None] = 0, *, axis_size: int) -> NumericalFunction:
+    """f over a batch of `axis_size` inputs, stacked along `in_axes` (None: that argument is shared), outputs
+    stacked along a new leading axis. The batch is an axis of every kernel, a loop in the generated code."""
+    axes = list(in_axes) if isinstance(in_axes, (list, tuple)) else [in_axes] * len(f.args)
+    if len(axes) != len(f.args):
+        raise ValueError(f"vmap: in_axes has {len(axes)} entries for the {len(f.args)} arguments of {f.name}")
+    if not isinstance(axis_size, int) or axis_size < 0:
+        raise ValueError(f"vmap: axis_size {axis_size!r} must be an int >= 0")
+    for i, (ax, arg) in enumerate(zip(axes, f.args, strict=True)):
+        if ax is not None and not -len(arg.shape) - 1 <= ax <= len(arg.shape):
+            raise IndexError(f"vmap: in_axes[{i}] = {ax} is out of range for argument {i} of shape {arg.shape}")
+    axes = [None if ax is None else ax % (len(arg.shape) + 1) for ax, arg in zip(axes, f.args, strict=True)]
+    if all(ax is None for ax in axes): raise ValueError("vmap: in_axes maps no argument")
+    args = [arg if ax is None else Arg(arg.shape[:ax] + (axis_size,) + arg.shape[ax:], arg.dtype)
+            for ax, arg in zip(axes, f.args, strict=True)]
+
+    def fn(*xs: Tensor) -> Tensor | tuple[Tensor, ...]:
+        holders = [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in f.args]
+        traced = f.fn(*holders)
+        outs = (traced,) if isinstance(traced, Tensor) else tuple(traced)
+        subst = {h.uop: (x.uop, False) if ax is None else (x.permute(ax, *(i for i in range(x.ndim) if i != ax)).uop,
+                                                         True) for h, x, ax in zip(holders, xs, axes, strict=True)}
+        lifted = [_tensor(u if batched else broadcast_front(u, axis_size))
+                  for u, batched in lift([o.uop for o in outs], subst, axis_size)]
+        return lifted[0] if isinstance(traced, Tensor) else tuple(lifted)
+    return NumericalFunction(f"{f.name}_vmap", fn, args)
+
+
+__all__ = ["vjp", "jvp", "gradient", "jacobian", "hessian", "vmap"]
