@@ -289,12 +289,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("gelu", "bfloat16"): _GELU,
     ("einsum", "float16"): _EINSUM,
     ("einsum", "bfloat16"): _EINSUM,
-    ("square", "bool"): "square of bool is x * x, which stays bool; torch.square(bool) is pow(x, 2): int64 [1, 0]",
-    ("clamp", "bool"): "clamp(bool, 1, 3) gives int32 (ember's default int); a Python int lifts bool to int64 in torch",
-    ("add_int_scalar", "bool"): "bool + 3 gives int32 (ember's default int); torch gives int64",
-    ("floordiv", "float16"): "float16 // float16 gives float32: _float_floor_div's where(-0.0, 0.0) promotes to the "
-                             "default float; torch keeps float16",
-    ("floordiv", "bfloat16"): "bfloat16 // bfloat16 gives float32 (as float16); torch keeps bfloat16",
     ("sum", "uint64"): _UINT64_SUM.format("sum"),
     ("sum_all", "uint64"): _UINT64_SUM.format("sum"),
     ("prod", "uint64"): _UINT64_SUM.format("prod"),
@@ -302,7 +296,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("cumprod", "uint64"): _UINT64_SUM.format("cumprod"),
     ("any", "uint8"): "torch's any of uint8 returns uint8 (0 or 1, kept for backward compatibility); ember gives bool",
     ("all", "uint8"): "torch's all of uint8 returns uint8 (0 or 1, kept for backward compatibility); ember gives bool",
-    **{("relu_special", d): "relu(-0.0) is +0.0 ((x <= 0).where(0, x)); torch's relu keeps -0.0" for d in FLOATS},
     **{("sort_special", d): "sort turns -0.0 into +0.0: values are collected as sum(where(lands, x, 0)) and "
                             "-0.0 + 0.0 is +0.0; torch moves the value (sort([0., -0.]) is [0., -0.])" for d in FLOATS},
 }

@@ -30,6 +30,15 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def promote_values(tensors: list[Tensor], scalars: list[Any]) -> DType:
+    """The dtype torch gives an op on `tensors` and Python `scalars` (see promote_operands), with one exception:
+    where a Python int lifts bool tensors (or no tensors at all) to an integer, the result is int64, torch's
+    default int, not ember's default_int: `bool_tensor + 3` and `where(c, 1, 0)` are int64 in torch."""
+    dtype = promote_operands([t.dtype for t in tensors if t.ndim], [t.dtype for t in tensors if not t.ndim], scalars)
+    if dtype is dtypes.default_int and all(t.dtype is dtypes.bool for t in tensors): return dtypes.int64
+    return dtype
+
+
 def _float_floor_div(a: Tensor, b: Tensor) -> Tensor:
     """floor(a / b) from the exact remainder fmod(a, b), as torch and Python compute it: 1.0 // 0.1 is 9.0."""
     mod = a._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))  # float MOD is C's fmod, which is exact
@@ -38,7 +47,7 @@ def _float_floor_div(a: Tensor, b: Tensor) -> Tensor:
     floored = div.floor()
     floored = (div - floored > 0.5).where(floored + 1, floored)
     quotient = a / b
-    signed_zero = (quotient.reciprocal() < 0).where(-0.0, 0.0)  # 0 with the sign of a / b (1/-0.0 is -inf)
+    signed_zero = (quotient.reciprocal() < 0).where(-0.0, 0.0).cast(a.dtype)  # 0 with a / b's sign (1/-0.0 = -inf)
     return b.eq(0).where(quotient, div.eq(0).where(signed_zero, floored))
 
 
@@ -63,9 +72,8 @@ class ElementwiseMixin:
         """self and `others` as tensors of one dtype (promoted, or `dtype`) broadcast to one shape."""
         from ember.tensor import Tensor
         if dtype is None:
-            tensors = [self, *(o for o in others if isinstance(o, Tensor))]
-            dtype = promote_operands([t.dtype for t in tensors if t.ndim], [t.dtype for t in tensors if not t.ndim],
-                                     [o for o in others if not isinstance(o, Tensor)])
+            dtype = promote_values([self, *(o for o in others if isinstance(o, Tensor))],
+                                   [o for o in others if not isinstance(o, Tensor)])
         as_tensors = [o if isinstance(o, Tensor) else self._const(o, dtype) for o in (self, *others)]
         shape = broadcast_shape(op, *(t.shape for t in as_tensors))
         return [t.cast(dtype)._broadcast_to(shape) for t in as_tensors]
@@ -205,7 +213,9 @@ class ElementwiseMixin:
 
     def float_like(self: Tensor) -> Tensor: return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
-    def square(self: Tensor) -> Tensor: return self * self
+    def square(self: Tensor) -> Tensor:
+        """x * x; of bool it is int64 (torch computes pow(x, 2), which lifts bool to its default int)."""
+        return self.cast(dtypes.int64) if self.dtype is dtypes.bool else self * self
     def abs(self: Tensor) -> Tensor:
         """|x|: +0.0 for -0.0 and a zero derivative at 0, as torch (x - x is +0.0 for both zeros, NaN for NaN)."""
         if self.dtype.is_unsigned or self.dtype.is_bool: return self
@@ -263,8 +273,8 @@ class ElementwiseMixin:
     def isinf(self: Tensor) -> Tensor: return self.abs().eq(float("inf")) if self.dtype.is_float else self.ne(self)
     def isfinite(self: Tensor) -> Tensor: return (self - self).eq(0)  # inf - inf and NaN - NaN are NaN
     def relu(self: Tensor) -> Tensor:
-        """max(x, 0) with torch's derivative at 0 (zero) and NaN kept."""
-        return (self <= 0).where(0, self)
+        """max(x, 0) with torch's derivative at 0 (zero); NaN and -0.0 are kept, as torch's relu keeps them."""
+        return (self <= 0).where((self < 0).where(0, self.detach()), self)  # a zero passes, with no gradient
 
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         """self limited to [min_, max_]; the gradient flows to self inside and at the bounds (as torch)."""
@@ -276,9 +286,8 @@ class ElementwiseMixin:
     def where(self: Tensor, x: Any, y: Any) -> Tensor:
         """Elements of x where self is true, else of y (self is the condition)."""
         from ember.tensor import Tensor
-        vals = [v for v in (x, y) if isinstance(v, Tensor)]
-        dtype = promote_operands([v.dtype for v in vals if v.ndim], [v.dtype for v in vals if not v.ndim],
-                                 [v for v in (x, y) if not isinstance(v, Tensor)])
+        dtype = promote_values([v for v in (x, y) if isinstance(v, Tensor)],
+                               [v for v in (x, y) if not isinstance(v, Tensor)])
         cond, a, b = self._operands("where", x, y, dtype=dtype)
         return self._wrap(UOp(Ops.WHERE, dtype, (self.cast(dtypes.bool)._broadcast_to(cond.shape).uop, a.uop, b.uop)))
 
