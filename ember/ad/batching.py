@@ -1,0 +1,96 @@
+"""Batching: a traced tensor graph rewritten to carry one more axis in front. vmap and forward mode stand on it.
+
+`lift(roots, subst, size)` walks the graph below `roots` bottom-up, replacing the nodes of `subst`. A node is
+*batched* when something it reads is: its lifted version has shape `(size, *shape)` and computes, for each index
+of the new axis, what the node computed. Nodes that read nothing batched are left alone (computed once, shared by
+every batch element). `pm_lift` holds one rule per op saying how its lifted version reads its lifted sources:
+elementwise ops broadcast their unbatched operands, movement ops and reductions shift their axes by one, a GATHER
+with batched indices reads its own batch element.
+
+Before: a tensor-level graph (ALU, movement, REDUCE_AXIS, GATHER, CONTIGUOUS over BUFFERs, CONSTs and ARANGEs).
+After:  the same ops, one more axis on every batched node; a batched axis is a loop in the kernels it lands in, so
+        the code does not grow with `size`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ember.device import Device
+from ember.dtype import dtypes
+from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.upat import PatternMatcher, UPat
+
+
+@dataclass(frozen=True)
+class Lifting:
+    """What a lifting rule sees besides the node: the batch size and the node's sources, lifted where batched."""
+
+    size: int
+    srcs: tuple[UOp, ...]
+    batched: tuple[bool, ...]
+
+
+def broadcast_front(u: UOp, size: int) -> UOp:
+    """An unbatched node read by a batched one: the same value for every batch element."""
+    return UOp(Ops.EXPAND, u.dtype, (UOp(Ops.RESHAPE, u.dtype, (u,), (1, *u.shape)),), (size, *u.shape))
+
+
+def lift_elementwise(ctx: Lifting, u: UOp) -> UOp:
+    srcs = tuple(s if b else broadcast_front(s, ctx.size) for s, b in zip(ctx.srcs, ctx.batched, strict=True))
+    return UOp(u.op, u.dtype, srcs, u.arg)
+
+
+def lift_gather(ctx: Lifting, u: UOp) -> UOp:
+    """GATHER(x, idx) along axis a. Unbatched indices read the same positions of every batch element. Batched
+    indices read their own element: x's batch axis and axis a are merged into one, each index offset by b * n."""
+    from ember.tensor import Tensor
+    (x, idx), (x_batched, idx_batched), a = ctx.srcs, ctx.batched, u.arg
+    if not idx_batched: return UOp(Ops.GATHER, u.dtype, (x, idx), a + 1)
+    t = Tensor._from_uop(x if x_batched else broadcast_front(x, ctx.size), Device.DEFAULT)
+    n, k = t.shape[a + 1], len(idx.shape) - 1
+    merged = t.permute(0, a + 1, *range(1, a + 1), *range(a + 2, t.ndim)).flatten(0, 1)
+    i = Tensor._from_uop(idx, Device.DEFAULT)
+    batch = Tensor.arange(ctx.size, dtype=i.dtype).reshape((ctx.size,) + (1,) * k)
+    flat = ((i > -1) & (i < n)).where(i + batch * n, -1)  # an index outside its axis still reads 0
+    out = UOp(Ops.GATHER, u.dtype, (merged.uop, flat.uop), 0)  # (size, *idx axes, *x axes but a)
+    order = (0, *range(1 + k, 1 + k + a), *range(1, 1 + k), *range(1 + k + a, len(out.shape)))
+    return UOp(Ops.PERMUTE, u.dtype, (out,), order)
+
+
+pm_lift = PatternMatcher([
+    (UPat(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.DETACH}, name="u"), lift_elementwise),
+    (UPat(Ops.RESHAPE, name="u"), lambda ctx, u: UOp(Ops.RESHAPE, u.dtype, ctx.srcs, (ctx.size, *u.arg))),
+    (UPat(Ops.EXPAND, name="u"), lambda ctx, u: UOp(Ops.EXPAND, u.dtype, ctx.srcs, (ctx.size, *u.arg))),
+    (UPat(Ops.PERMUTE, name="u"), lambda ctx, u: UOp(Ops.PERMUTE, u.dtype, ctx.srcs, (0, *(a + 1 for a in u.arg)))),
+    (UPat(Ops.PAD, name="u"), lambda ctx, u: UOp(Ops.PAD, u.dtype, ctx.srcs, ((0, 0), *u.arg))),
+    (UPat(Ops.SHRINK, name="u"), lambda ctx, u: UOp(Ops.SHRINK, u.dtype, ctx.srcs, ((0, ctx.size), *u.arg))),
+    (UPat(Ops.FLIP, name="u"), lambda ctx, u: UOp(Ops.FLIP, u.dtype, ctx.srcs, (False, *u.arg))),
+    (UPat(Ops.REDUCE_AXIS, name="u"), lambda ctx, u:
+     UOp(Ops.REDUCE_AXIS, u.dtype, ctx.srcs, (u.arg[0], tuple(a + 1 for a in u.arg[1])))),
+    (UPat(Ops.GATHER, name="u"), lift_gather),
+])
+
+
+def lift_node(u: UOp, srcs: Sequence[tuple[UOp, bool]], size: int) -> UOp:
+    """u's lifted version, given its sources as (node, batched); at least one must be batched."""
+    ctx = Lifting(size, tuple(s for s, _ in srcs), tuple(b for _, b in srcs))
+    out = pm_lift.rewrite(u, ctx=ctx)
+    if out is None: raise NotImplementedError(f"vmap: no batching rule for {u.op.name}")
+    assert out.shape == (size, *u.shape), f"lifting {u.op.name}: {out.shape} != {(size, *u.shape)}"
+    return out
+
+
+def lift(roots: Sequence[UOp], subst: dict[UOp, tuple[UOp, bool]], size: int) -> list[tuple[UOp, bool]]:
+    """Each root rebuilt over subst's replacements (node, batched): (lifted root, whether it is batched)."""
+    done: dict[UOp, tuple[UOp, bool]] = dict(subst)
+    sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
+    for u in sink.toposort(descend=lambda n: n not in subst):
+        if u in done or u is sink: continue
+        srcs = [done.get(s, (s, False)) for s in u.src]
+        if any(b for _, b in srcs): done[u] = (lift_node(u, srcs, size), True)
+        elif any(n is not s for (n, _), s in zip(srcs, u.src, strict=True)):
+            done[u] = (u.replace(src=tuple(n for n, _ in srcs)), False)
+        else: done[u] = (u, False)
+    return [done[r] for r in roots]

@@ -1,0 +1,70 @@
+"""Forward mode: tangents pushed through a traced tensor graph, many directions at once.
+
+`tangents(roots, seeds, size)` gives every float node that depends on a seeded node a tangent of shape
+`(size, *shape)`: row k is the node's directional derivative along the k-th seed direction. A jacobian is one
+forward pass whose seeds are the unit vectors (or, for a sparse one, one combined direction per color), with
+the directions as a batch axis: one loop in the kernels, not one pass per direction.
+
+The rules need no table of their own. A linear op (movement, sum, GATHER, CONTIGUOUS) maps tangents as it maps
+values, so its tangent is its lifted version (ad/batching.py) applied to its source's tangent. Any other op's
+tangent is the sum over its sources of tangent times partial derivative, and the partials are what the reverse-mode
+rules (`pm_gradient`) return for an incoming gradient of ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.ad.batching import lift_node
+from ember.device import Device
+from ember.dtype import dtypes
+from ember.gradient import pm_gradient
+from ember.tensor import Tensor
+from ember.uop.ops import GroupOp, Ops, UOp
+
+LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.COPY, Ops.GATHER}
+
+
+def _tensor(u: UOp) -> Tensor: return Tensor._from_uop(u, Device.DEFAULT)
+
+
+def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
+    """u's tangent from its sources' tangents (None: u does not move along any seed direction)."""
+    have = [s in tans for s in u.src]
+    if u.op is Ops.DETACH or not any(have): return None
+    if u.op in LINEAR or (u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD):
+        if not have[0]: return None  # a GATHER's indices have no derivative
+        return lift_node(u, [(tans[u.src[0]], True), *((s, False) for s in u.src[1:])], size)
+    t = {s: _tensor(tans[s]) for s in u.src if s in tans}
+    if u.op is Ops.ADD: return _sum([t.get(s) for s in u.src])
+    if u.op is Ops.SUB: return _sum([t.get(u.src[0]), -t[u.src[1]] if u.src[1] in t else None])
+    if u.op is Ops.NEG: return (-t[u.src[0]]).uop
+    if u.op is Ops.WHERE:
+        zero = next(iter(t.values())).zeros_like()
+        return _tensor(u.src[0]).where(t.get(u.src[1], zero), t.get(u.src[2], zero)).uop
+    partials = pm_gradient.rewrite(u, ctx=Tensor.ones(*u.shape, dtype=u.dtype))
+    if partials is None: raise NotImplementedError(f"forward mode: no derivative rule for {u.op.name}")
+    if u.op is Ops.REDUCE_AXIS:  # max or prod: a sum of the tangents weighted by d out / d x
+        weighted = (t[u.src[0]] * partials[0]).uop
+        return lift_node(u.replace(src=(u.src[0],), arg=(Ops.ADD, u.arg[1])), [(weighted, True)], size)
+    terms = [(t[s] * p).cast(u.dtype) for s, p in zip(u.src, partials, strict=True) if s in t and p is not None]
+    return _sum(terms)
+
+
+def _sum(terms: Sequence[Tensor | None]) -> UOp | None:
+    present = [x for x in terms if x is not None]
+    if not present: return None
+    out = present[0]
+    for x in present[1:]: out = out + x
+    return out.uop
+
+
+def tangents(roots: Sequence[UOp], seeds: dict[UOp, UOp], size: int) -> list[UOp]:
+    """The tangent of each root, (size, *root.shape): zeros where a root does not depend on the seeds."""
+    tans = dict(seeds)
+    sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
+    for u in sink.toposort(descend=lambda n: n not in seeds and n.op is not Ops.DETACH):
+        if u in tans or u is sink or not u.dtype.is_float: continue
+        t = tangent_of(u, tans, size)
+        if t is not None: tans[u] = t
+    return [tans[r] if r in tans else Tensor.zeros(size, *r.shape, dtype=r.dtype).uop for r in roots]

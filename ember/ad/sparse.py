@@ -1,0 +1,117 @@
+"""Sparse jacobians and hessians: the pattern found from the graph, colored, one direction per color.
+
+`spjacobian(f)` sees the jacobian as a matrix (f's output flattened) x (the argument flattened). It finds which
+entries can be nonzero (ad/sparsity.py), colors the columns so that columns of one color share no row (or the
+rows, when that needs fewer colors), and evaluates one forward direction per column color (one reverse direction
+per row color) in a single batched pass. Each nonzero is then read from the compressed result at a position known
+at trace time: a GATHER with a constant index.
+
+`sphessian(f)` does the same for the hessian of a scalar f: forward mode over the reverse-mode gradient, the
+columns star-colored, so a banded hessian of band width w needs w products whatever its size.
+
+Both return a SparseFunction: called, it gives the nonzeros in compressed sparse column (CSC) order; its
+`indptr`, `indices` and `shape` are the pattern as numpy arrays (scipy.sparse.csc_matrix((values, indices,
+indptr), shape) rebuilds the matrix), `colors` is the number of directions it evaluates. generate_module writes the
+pattern into the C++ as constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.ad.sparsity import color_columns, color_rows, dependencies, star_coloring, star_recovery
+from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
+from ember.errors import ShapeError
+from ember.export.function import Arg, NumericalFunction
+from ember.helpers import prod
+from ember.tensor import Tensor
+
+
+class SparseFunction(NumericalFunction):
+    """A NumericalFunction returning the nonzeros of a sparse matrix in CSC order, with the pattern attached."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], args: Sequence[Arg], pattern: np.ndarray,
+                 colors: int) -> None:
+        self.shape: tuple[int, int] = pattern.shape  # type: ignore[assignment]
+        self.indptr = np.concatenate([[0], np.cumsum(pattern.sum(axis=0))]).astype(np.int64)
+        self.indices = np.nonzero(pattern.T)[1].astype(np.int64)  # row of each nonzero, column by column
+        self.colors = colors
+        super().__init__(name, fn, args)
+
+    @property
+    def nnz(self) -> int: return len(self.indices)
+
+    def to_dense(self, values: np.ndarray) -> np.ndarray:
+        """The matrix these nonzeros (a call's result) stand for, as a dense array."""
+        dense = np.zeros(self.shape, dtype=np.asarray(values).dtype)
+        dense[self.indices, np.repeat(np.arange(self.shape[1]), np.diff(self.indptr))] = values
+        return dense
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, {self.shape[0]}x{self.shape[1]} with {self.nnz} nonzeros, " \
+               f"{self.colors} colors>"
+
+
+def _placeholders(f: NumericalFunction) -> list[Tensor]:
+    return [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in f.args]
+
+
+def _seeds(colors: np.ndarray, count: int, shape: tuple[int, ...]) -> Tensor:
+    """(count, *shape): direction c is 1 on the elements of color c."""
+    return Tensor((colors[None, :] == np.arange(count)[:, None]).astype(np.float64).reshape(count, *shape))
+
+
+def _index(where: np.ndarray) -> Tensor:
+    return Tensor(where.astype(np.int32 if where.size == 0 or where.max() < 2**31 else np.int64))
+
+
+def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
+    """x... -> the nonzeros of d f / d x_argnum (f's output and x flattened), CSC order, one pass per color."""
+    a = _argnum(f, argnum, "spjacobian")
+    if len(f.output_shapes) != 1: raise ShapeError(f"spjacobian: {f.name} must have one output")
+    xs = _placeholders(f)
+    out = _single(f, xs, "spjacobian")
+    pattern = dependencies(out.uop, xs[a].uop, {x.uop for x in xs})
+    m, n = pattern.shape
+    by_col, by_row = color_columns(pattern), color_rows(pattern)
+    n_col, n_row = int(by_col.max(initial=-1)) + 1, int(by_row.max(initial=-1)) + 1
+    cols, rows = np.nonzero(pattern.T)
+    forward = n_col <= n_row
+    where = by_col[cols] * m + rows if forward else by_row[rows] * n + cols
+    x_shape = f.args[a].shape
+
+    def fn(*ts: Tensor) -> Tensor:
+        out = _single(f, ts, "spjacobian")
+        if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
+        if forward: compressed = forward_directions(out, ts[a], _seeds(by_col, n_col, x_shape))
+        else: compressed = reverse_directions(out, ts[a], _seeds(by_row, n_row, out.shape))
+        return compressed.reshape(-1)._take(0, _index(where))
+    return SparseFunction(f"{f.name}_spjac", fn, f.args, pattern, n_col if forward else n_row)
+
+
+def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
+    """x... -> the nonzeros of the hessian of a scalar f in x_argnum (flattened), CSC order, one pass per color."""
+    a = _argnum(f, argnum, "sphessian")
+    if len(f.output_shapes) != 1 or prod(f.output_shapes[0]) != 1:
+        raise ShapeError(f"sphessian: {f.name} must return one scalar, not outputs of shapes {f.output_shapes}")
+    xs = _placeholders(f)
+    grad = _grad(_single(f, xs, "sphessian").sum(), xs[a])
+    pattern = dependencies(grad.uop, xs[a].uop, {x.uop for x in xs})
+    pattern = pattern | pattern.T  # d2f/dxi dxj = d2f/dxj dxi
+    colors = star_coloring(pattern)
+    count = int(colors.max(initial=-1)) + 1
+    where = star_recovery(pattern, colors)
+    x_shape = f.args[a].shape
+
+    def fn(*ts: Tensor) -> Tensor:
+        out = _single(f, ts, "sphessian")
+        if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
+        compressed = forward_directions(_grad(out.sum(), ts[a]), ts[a], _seeds(colors, count, x_shape))
+        return compressed.reshape(-1)._take(0, _index(where))
+    return SparseFunction(f"{f.name}_sphess", fn, f.args, pattern, count)
+
+
+__all__ = ["SparseFunction", "spjacobian", "sphessian"]

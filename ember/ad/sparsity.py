@@ -1,0 +1,140 @@
+"""Sparsity patterns of derivatives, found from the graph, and the colorings that compress them.
+
+`dependencies(root, leaf)` says which elements of `leaf` each element of `root` depends on through a path of
+differentiable ops: the pattern of d root / d leaf, never missing a nonzero (it may hold structural ones whose
+value happens to be 0). It is propagated through the tensor-level graph with numpy, one boolean array of shape
+(*node.shape, block) per node, `block` leaf elements at a time so the memory stays bounded. Comparisons, integer
+ops and a WHERE's condition carry no dependency: their derivative is 0.
+
+Colorings (Gebremedhin, Manne and Pothen, "What color is your Jacobian?", SIAM Review 2005):
+- `color_columns`: columns that share no row get one color (distance-2 coloring of the bipartite graph); a
+  jacobian is then one forward direction per color. `color_rows` is the same on the transpose, for reverse mode.
+- `star_coloring`: a symmetric matrix's columns colored so that every path on four vertices uses at least three
+  colors; each nonzero of the hessian can then be read directly from one of the compressed products.
+Both are greedy, in natural order: a banded matrix of band width w gets w colors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.dtype import dtypes
+from ember.uop.ops import GroupOp, Ops, UOp
+
+BLOCK_ELEMENTS = 1 << 24  # booleans held per node while propagating
+
+
+def dependencies(root: UOp, leaf: UOp, inputs: set[UOp]) -> np.ndarray:
+    """(root.numel, leaf.numel) booleans: element i of root depends on element j of leaf. `inputs` are the
+    function's other inputs (their values are unknown, so an index read from them could be anything)."""
+    n, m = int(np.prod(leaf.shape)), int(np.prod(root.shape))
+    order = [u for u in root.toposort() if u.op is not Ops.SINK]
+    widest = max(int(np.prod(u.shape)) for u in order)
+    block = max(1, min(n, BLOCK_ELEMENTS // max(widest, 1)))
+    out = np.zeros((m, n), dtype=bool)
+    for start in range(0, n, block):
+        cols = min(block, n - start)
+        seed = np.zeros((n, cols), dtype=bool)
+        seed[start + np.arange(cols), np.arange(cols)] = True
+        deps: dict[UOp, np.ndarray | None] = {leaf: seed.reshape(*leaf.shape, cols)}
+        for u in order:
+            if u not in deps: deps[u] = _propagate(u, [deps[s] for s in u.src], cols, inputs)
+        if (d := deps[root]) is not None: out[:, start:start + cols] = d.reshape(m, cols)
+    return out
+
+
+NO_DERIVATIVE = GroupOp.Comparison | {Ops.TRUNC, Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.DETACH}
+
+
+def _propagate(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp]) -> np.ndarray | None:
+    """The dependency array of u from its sources' (None: depends on nothing)."""
+    if all(s is None for s in srcs) or u.op in NO_DERIVATIVE or not u.dtype.is_float: return None
+    x = srcs[0]
+    if u.op is Ops.WHERE: srcs = srcs[1:]
+    if u.op in GroupOp.Elementwise or u.op in (Ops.CONTIGUOUS, Ops.COPY):
+        present = [s for s in srcs if s is not None]
+        return present[0] if len(present) == 1 else np.logical_or.reduce(present)
+    assert x is not None
+    if u.op is Ops.RESHAPE: return x.reshape(*u.arg, cols)
+    if u.op is Ops.PERMUTE: return x.transpose(*u.arg, len(u.arg))
+    if u.op is Ops.EXPAND: return np.broadcast_to(x, (*u.arg, cols))
+    if u.op is Ops.PAD: return np.pad(x, (*u.arg, (0, 0)))
+    if u.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in u.arg)]
+    if u.op is Ops.FLIP: return np.flip(x, tuple(i for i, f in enumerate(u.arg) if f))
+    if u.op is Ops.REDUCE_AXIS: return x.any(axis=u.arg[1], keepdims=True)
+    if u.op is Ops.GATHER: return _gather(u, x, inputs)
+    raise NotImplementedError(f"sparsity: no rule for {u.op.name}")
+
+
+def _gather(u: UOp, x: np.ndarray, inputs: set[UOp]) -> np.ndarray:
+    """A read at known indices depends on what it reads; at indices computed from inputs, on the whole axis."""
+    idx, a = u.src[1], u.arg
+    if any(n in inputs for n in idx.toposort()):
+        whole = x.any(axis=a, keepdims=True)
+        return np.broadcast_to(whole.reshape(x.shape[:a] + (1,) * len(idx.shape) + x.shape[a + 1:]),
+                               (*u.shape, x.shape[-1]))
+    from ember.device import Device
+    from ember.tensor import Tensor
+    at = Tensor._from_uop(idx, Device.DEFAULT).cast(dtypes.int64).numpy()
+    inside = (at >= 0) & (at < x.shape[a])
+    taken = np.take(x, np.where(inside, at, 0), axis=a)
+    mask = inside.reshape((1,) * a + at.shape + (1,) * (x.ndim - a - 1))
+    return taken & mask
+
+
+# ---- colorings -------------------------------------------------------------------------------------------------
+
+
+def color_columns(pattern: np.ndarray) -> np.ndarray:
+    """A color per column such that two columns with a nonzero in the same row differ (greedy, natural order)."""
+    rows_of = [np.flatnonzero(c) for c in pattern.T]
+    cols_of = [np.flatnonzero(r) for r in pattern]
+    colors = np.full(pattern.shape[1], -1, dtype=np.int64)
+    for j, rows in enumerate(rows_of):
+        taken = {int(colors[k]) for i in rows for k in cols_of[i]}
+        colors[j] = _smallest_free(taken)
+    return colors
+
+
+def color_rows(pattern: np.ndarray) -> np.ndarray:
+    return color_columns(pattern.T)
+
+
+def star_coloring(pattern: np.ndarray) -> np.ndarray:
+    """A star coloring of the symmetric pattern's adjacency graph (the diagonal is not an edge): a proper coloring
+    in which every path of four vertices has three colors (greedy, Gebremedhin et al. 2005, algorithm 4.1)."""
+    n = pattern.shape[0]
+    adj = [np.flatnonzero(pattern[v] & (np.arange(n) != v)) for v in range(n)]
+    colors = np.full(n, -1, dtype=np.int64)
+    for v in range(n):
+        taken: set[int] = set()
+        for w in adj[v]:
+            if colors[w] >= 0: taken.add(int(colors[w]))
+            for x in adj[w]:
+                if x == v or colors[x] < 0: continue
+                if colors[w] < 0: taken.add(int(colors[x]))  # v-w-x: v must not repeat x's color around w
+                elif any(colors[y] == colors[w] for y in adj[x] if y != w):
+                    taken.add(int(colors[x]))  # v-w-x-y, y colored like w: v like x makes a 2-colored path
+        colors[v] = _smallest_free(taken)
+    return colors
+
+
+def _smallest_free(taken: set[int]) -> int:
+    c = 0
+    while c in taken: c += 1
+    return c
+
+
+def star_recovery(pattern: np.ndarray, colors: np.ndarray) -> np.ndarray:
+    """For each nonzero (i, j) of the symmetric pattern in column-major order, where its value lies in the
+    compressed products T (colors, n), T[c, i] = sum of H[i, j] over the columns j of color c: a flat index into T.
+    H[i, j] is T[color j, i] when j is the only column of its color in row i, else T[color i, j] (star coloring
+    guarantees one of the two)."""
+    n = pattern.shape[0]
+    cols, rows = np.nonzero(pattern.T)  # column-major: sorted by column, then row
+    where = np.empty(len(rows), dtype=np.int64)
+    for k, (i, j) in enumerate(zip(rows, cols, strict=True)):
+        if np.count_nonzero(colors[pattern[i]] == colors[j]) == 1: where[k] = colors[j] * n + i
+        elif np.count_nonzero(colors[pattern[j]] == colors[i]) == 1: where[k] = colors[i] * n + j
+        else: raise AssertionError(f"star coloring cannot recover H[{i}, {j}]")
+    return where
