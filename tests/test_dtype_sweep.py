@@ -279,23 +279,7 @@ CASES = UNARY + BINARY + REDUCE + MOVEMENT + PRODUCTS
 assert len({c.name for c in CASES + SPECIAL_CASES}) == len(CASES + SPECIAL_CASES), "case names name the tests"
 
 # (case, dtype) -> why ember disagrees with torch today; each runs as xfail(strict=True), so a fix shows as XPASS.
-_GELU = ("gelu works in the half dtype: 1 + erf(x / sqrt 2) cancels for x << 0 (x = -2.9 in float16: -0.005665 vs "
-         "torch -0.005405, exact -0.0054048; bfloat16 is 37% off); torch computes in float32 and rounds once")
-_EINSUM = ("einsum rounds each product to the half dtype before the float32 sum; torch (and ember's matmul) sum the "
-           "exact products: out[1, 2] = -0.12341 vs torch -0.12231 in float16, -0.11914 vs -0.12402 in bfloat16")
-_UINT64_SUM = "{} of uint64 gives uint64; torch gives int64 (the same bits: values wrap mod 2**64)"
 KNOWN: dict[tuple[str, str], str] = {
-    ("gelu", "float16"): _GELU,
-    ("gelu", "bfloat16"): _GELU,
-    ("einsum", "float16"): _EINSUM,
-    ("einsum", "bfloat16"): _EINSUM,
-    ("sum", "uint64"): _UINT64_SUM.format("sum"),
-    ("sum_all", "uint64"): _UINT64_SUM.format("sum"),
-    ("prod", "uint64"): _UINT64_SUM.format("prod"),
-    ("cumsum", "uint64"): _UINT64_SUM.format("cumsum"),
-    ("cumprod", "uint64"): _UINT64_SUM.format("cumprod"),
-    ("any", "uint8"): "torch's any of uint8 returns uint8 (0 or 1, kept for backward compatibility); ember gives bool",
-    ("all", "uint8"): "torch's all of uint8 returns uint8 (0 or 1, kept for backward compatibility); ember gives bool",
     **{("sort_special", d): "sort turns -0.0 into +0.0: values are collected as sum(where(lands, x, 0)) and "
                             "-0.0 + 0.0 is +0.0; torch moves the value (sort([0., -0.]) is [0., -0.])" for d in FLOATS},
 }

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ember.dtype import dtypes
+
 if TYPE_CHECKING:
     from ember.tensor import Tensor
 
@@ -49,12 +51,17 @@ class ActivationMixin:
     swish = silu
 
     def gelu(self: Tensor, approximate: str = "none") -> Tensor:
-        """x * Phi(x) with the exact normal CDF, or torch's tanh approximation with approximate='tanh'."""
-        x = self.float_like()
-        if approximate == "tanh":
-            return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-        if approximate != "none": raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+        """x * Phi(x) with the exact normal CDF, or torch's tanh approximation with approximate='tanh'.
+
+        float16 and bfloat16 compute in float32 and round once, as torch: in the half dtype 1 + erf(x / sqrt 2)
+        cancels for x << 0 (gelu(-2.9) would be 5% off in float16)."""
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        out_dtype = self.float_like().dtype
+        x = self.cast(dtypes.float32) if out_dtype.itemsize < 4 else self.float_like()
+        if approximate == "tanh": out = 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+        else: out = 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+        return out.cast(out_dtype)
 
     def quick_gelu(self: Tensor) -> Tensor: return self * (self * 1.702).sigmoid()
     def mish(self: Tensor) -> Tensor: return self * self.softplus().tanh()

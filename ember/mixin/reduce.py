@@ -1,7 +1,8 @@
 """Reductions (sum, max, min, mean, prod) and matmul, which is a broadcast multiply followed by a sum.
 
-Result dtypes follow torch: sum and prod of bool or integers give int64, of float16/bfloat16 accumulate in float32
-and round back once at the end; mean of integers gives the default float.
+Result dtypes follow torch: sum and prod of bool or integers give int64 (uint64 too: the same bits, wrapping mod
+2**64), of float16/bfloat16 accumulate in float32 and round back once at the end; mean of integers gives the default
+float; any and all of uint8 give uint8.
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ class ReduceMixin:
 
     def _accumulate_dtype(self: Tensor) -> tuple[DType, DType]:
         """(the dtype to accumulate in, the dtype of the result)."""
-        if self.dtype.is_bool or self.dtype.is_int:
-            wide = dtypes.uint64 if self.dtype is dtypes.uint64 else dtypes.int64
-            return wide, wide
+        if self.dtype.is_bool or self.dtype.is_int: return dtypes.int64, dtypes.int64
         if self.dtype.itemsize < 4: return dtypes.float32, self.dtype
         return self.dtype, self.dtype
 
@@ -123,10 +122,15 @@ class ReduceMixin:
         return flipped.argmax(axis, keepdim)
 
     def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        return self.ne(0).max(axis, keepdim) if self.numel() else self.ne(0).sum(axis, keepdim).ne(0)
+        """Whether any element over `axis` is nonzero: bool, or uint8 for uint8 input (torch keeps that for
+        backward compatibility)."""
+        out = self.ne(0).max(axis, keepdim) if self.numel() else self.ne(0).sum(axis, keepdim).ne(0)
+        return out.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else out
 
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        return self.logical_not().any(axis, keepdim).logical_not()
+        """Whether every element over `axis` is nonzero: bool, or uint8 for uint8 input (as torch)."""
+        out = self.logical_not().any(axis, keepdim).logical_not()
+        return out.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else out
 
     def _check_nonempty(self: Tensor, axis: Axis, name: str) -> None:
         for a in self._reduce_axes(axis, name):
@@ -197,13 +201,14 @@ class ReduceMixin:
             t = t.permute([ls.index(c) for c in order if c in ls])
             aligned.append(t.reshape(tuple(t.shape[[c for c in order if c in ls].index(c)] if c in ls else 1
                                            for c in order)))
-        product = aligned[0]
-        for t in aligned[1:]: product = product * t
-        dtype = product.dtype
+        dtype = least_upper_dtype(*(t.dtype for t in aligned))
+        # half products are taken and summed in float32 and rounded once, as torch (and matmul) do
         acc = dtypes.float32 if dtype.is_float and dtype.itemsize < 4 else dtype
+        product = aligned[0].cast(acc)
+        for t in aligned[1:]: product = product * t.cast(acc)
         product = product._broadcast_to(tuple(sizes.get(c, 1) for c in order))
-        if not summed: return product
-        return product.sum(tuple(range(len(out), len(order))), dtype=acc).cast(dtype)
+        if summed: product = product.sum(tuple(range(len(out), len(order))), dtype=acc)
+        return product.cast(dtype)
 
 
 def _einsum_labels(spec: str, t: Tensor | None, ellipsis: int, formula: str) -> list[str]:
