@@ -279,10 +279,7 @@ CASES = UNARY + BINARY + REDUCE + MOVEMENT + PRODUCTS
 assert len({c.name for c in CASES + SPECIAL_CASES}) == len(CASES + SPECIAL_CASES), "case names name the tests"
 
 # (case, dtype) -> why ember disagrees with torch today; each runs as xfail(strict=True), so a fix shows as XPASS.
-KNOWN: dict[tuple[str, str], str] = {
-    **{("sort_special", d): "sort turns -0.0 into +0.0: values are collected as sum(where(lands, x, 0)) and "
-                            "-0.0 + 0.0 is +0.0; torch moves the value (sort([0., -0.]) is [0., -0.])" for d in FLOATS},
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 # ---- running a case ----------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def match_gradient(ours: Callable[[Tensor], Tensor], theirs: Callable[[torch.Ten
                    seed: int = 1) -> None:
     """In float64, the gradient of a random linear function of the output equals torch's. (The forward values are
     checked in float32 by the caller; checking them here too would compile one more kernel.)"""
-    x = np.asarray(x, dtype=np.float64)  # an array: ember reads a numpy float64 scalar as a Python float (float32)
+    x = np.asarray(x, dtype=np.float64)
     t, e = torch.tensor(x, requires_grad=True), Tensor(x)
     want, got = theirs(t), ours(e)
     assert got.shape == tuple(want.shape) and got.dtype.name == "float64"
@@ -171,12 +171,18 @@ def test_sort_of_large_int64_values_is_exact():
     assert_sorted_like_torch(x, 0, True)
 
 
-@pytest.mark.xfail(strict=True, reason="ember bug: sort picks values with a masked sum, so -0.0 comes back as +0.0")
-def test_sort_keeps_the_sign_of_negative_zero():
-    x = np.array([1.0, -0.0, -1.0, 0.0], dtype=np.float32)
-    values, _ = Tensor(x).sort()
-    want, _ = torch.sort(torch.from_numpy(x), stable=True)
-    np.testing.assert_array_equal(np.signbit(values.numpy()), np.signbit(want.numpy()))
+@pytest.mark.parametrize("name, ours, theirs", [
+    ("sort", lambda t: t.sort()[0], lambda t: torch.sort(t, stable=True)[0]),
+    ("sort_descending", lambda t: t.sort(descending=True)[0], lambda t: torch.sort(t, descending=True, stable=True)[0]),
+    ("topk", lambda t: t.topk(3)[0], lambda t: torch.topk(t, 3)[0]),
+    ("topk_smallest", lambda t: t.topk(3, largest=False)[0], lambda t: torch.topk(t, 3, largest=False)[0]),
+])
+def test_sort_and_topk_keep_the_sign_of_negative_zero(name, ours, theirs):
+    """Values are moved, not summed into place: -0.0 stays -0.0 (only one zero here, so no tie decides its place)."""
+    x = np.array([1.0, -0.0, -1.0, 2.0, np.nan], dtype=np.float32)
+    got, want = ours(Tensor(x)).numpy(), theirs(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 @pytest.mark.parametrize("shape, dim, descending", [((3, 4, 5), 1, False), ((3, 4, 5), -1, True), ((8,), 0, True)])

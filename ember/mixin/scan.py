@@ -4,7 +4,8 @@ Both are written as comparisons of every position with every other, reduced: a p
 triangular mask and a sorted position is a rank (how many elements come before). That is O(n^2) work per row for
 an axis of length n, with no data-dependent control flow, so it fuses into ordinary kernels and autograd needs no
 new rules. Long scans are split into blocks (a scan inside blocks plus a scan of the block totals), which brings
-the work down to O(n^1.5).
+the work down to O(n^1.5). Sort finds each rank's source index that way, then moves the values with one load each
+(`_take`), so a value arrives bit for bit (-0.0 and NaN included).
 """
 
 from __future__ import annotations
@@ -26,6 +27,35 @@ def _identity(op: str, x: Tensor) -> float | int | bool:
     if x.dtype.is_float: return -math.inf if op == "max" else math.inf
     if x.dtype is dtypes.bool: return op == "min"
     return x.dtype.min if op == "max" else x.dtype.max
+
+
+def _sorted_indices(x: Tensor, descending: bool) -> Tensor:
+    """For each rank r along x's last axis, the int64 index of the element that sorts to r: stable (equal values
+    keep their order), NaN the largest."""
+    from ember.tensor import Tensor
+    n = x.shape[-1]
+    mine, other = x.unsqueeze(-1), x.unsqueeze(-2)  # (..., i, 1) and (..., 1, j)
+    ahead = other > mine if descending else other < mine
+    tied = other.eq(mine)
+    if x.dtype.is_float:  # NaN is larger than every number and equal to NaN
+        ahead = ahead | ((other.isnan() & ~mine.isnan()) if descending else (mine.isnan() & ~other.isnan()))
+        tied = tied | (mine.isnan() & other.isnan())
+    pos = Tensor.arange(n, device=x.device)
+    earlier = pos.unsqueeze(0) < pos.unsqueeze(1)  # (i, j): j comes before i
+    rank = (ahead | (tied & earlier)).sum(-1)  # (..., i): where element i goes
+    lands = rank.unsqueeze(-2).eq(pos.cast(rank.dtype).unsqueeze(-1))  # (..., r, i): element i lands at r
+    return lands.where(pos.cast(dtypes.int64), 0).sum(-1)  # exactly one i lands at each r
+
+
+def _take_along_last(x: Tensor, idx: Tensor) -> Tensor:
+    """out[..., r] = x[..., idx[..., r]] for idx of x's leading shape: one load per element, the value unchanged."""
+    from ember.tensor import Tensor
+    lead, n = x.shape[:-1], x.shape[-1]
+    if x.numel() == 0 or idx.numel() == 0: return x.shrink([None] * len(lead) + [(0, idx.shape[-1])])
+    wide = x.numel() > 2**31 - 1
+    rows = Tensor.arange(x.numel() // n, dtype=dtypes.int64 if wide else dtypes.int32, device=x.device)
+    flat = rows.reshape(lead + (1,)) * n + idx.cast(rows.dtype)
+    return x.flatten()._take(0, flat)
 
 
 def _reduce(x: Tensor, op: str, axis: int) -> Tensor:
@@ -91,21 +121,8 @@ class ScanMixin:
         if self.ndim == 0: return self, Tensor.zeros((), dtype=dtypes.int64, device=self.device)
         a = self._axis(dim, "sort")
         x = self.transpose(a, -1)
-        n = x.shape[-1]
-        mine, other = x.unsqueeze(-1), x.unsqueeze(-2)  # (..., i, 1) and (..., 1, j)
-        if descending: ahead = other > mine
-        else: ahead = other < mine
-        tied = other.eq(mine)
-        if x.dtype.is_float:  # NaN is larger than every number and equal to NaN
-            ahead = ahead | ((other.isnan() & ~mine.isnan()) if descending else (mine.isnan() & ~other.isnan()))
-            tied = tied | (mine.isnan() & other.isnan())
-        pos = Tensor.arange(n, device=self.device)
-        earlier = pos.unsqueeze(0) < pos.unsqueeze(1)  # (i, j): j comes before i
-        rank = (ahead | (tied & earlier)).sum(-1)  # (..., i): where element i goes
-        lands = rank.unsqueeze(-2).eq(pos.cast(rank.dtype).unsqueeze(-1))  # (..., r, i): element i lands at r
-        values = lands.where(x.unsqueeze(-2), 0).sum(-1).cast(x.dtype)
-        indices = lands.where(pos.cast(dtypes.int64), 0).sum(-1)
-        return values.transpose(a, -1), indices.transpose(a, -1)
+        indices = _sorted_indices(x, descending)
+        return _take_along_last(x, indices).transpose(a, -1), indices.transpose(a, -1)
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
         return self.sort(dim, descending)[1]
@@ -113,9 +130,11 @@ class ScanMixin:
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
         """The k largest (or smallest) values along `dim` and their indices, in order."""
         from ember.errors import ShapeError
+        from ember.tensor import Tensor
         a = self._axis(dim, "topk")
         n = self.shape[a] if self.ndim else 1
         if not 0 <= k <= n: raise ShapeError(f"topk: k={k} is out of range for an axis of size {n} in {self.shape}")
-        values, indices = self.sort(dim, descending=largest)
-        box = [(0, k) if i == a else None for i in range(self.ndim)]
-        return values.shrink(box), indices.shrink(box)
+        if self.ndim == 0: return self, Tensor.zeros((), dtype=dtypes.int64, device=self.device)
+        x = self.transpose(a, -1)
+        indices = _sorted_indices(x, descending=largest)[..., :k]  # only the k picked values are loaded
+        return _take_along_last(x, indices).transpose(a, -1), indices.transpose(a, -1)
