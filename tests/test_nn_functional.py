@@ -107,6 +107,7 @@ CONV_TRANSPOSE = [
     ((3, 4, 4), (3, 2, 2, 2), True, dict(stride=2)),  # unbatched
     ((2, 3, 5), (3, 4, 3), True, dict(stride=3, padding=2, output_padding=1)),  # 1-d
     ((1, 2, 3, 3, 2), (2, 2, 2, 2, 2), True, dict(stride=2, padding=(1, 0, 0))),  # 3-d
+    ((1, 2, 3, 4), (2, 3, 2, 2), False, dict(dilation=(2, 1), output_padding=(1, 0))),  # below dilation, not stride
 ]
 
 
@@ -163,11 +164,16 @@ def test_conv_rejects_bad_padding_and_stride():
         x.conv2d(w, stride=(1, 2, 3))
 
 
-@pytest.mark.xfail(strict=True, reason="ember bug: output_padding not below stride or dilation is accepted and pads "
-                                      "the output with zeros (bias only); torch raises")
-def test_conv_transpose_rejects_output_padding_not_below_stride_or_dilation():
-    with pytest.raises(ValueError, match="output_padding"):
-        Tensor.ones(1, 1, 3, 4).conv_transpose2d(Tensor.ones(1, 1, 2, 2), stride=1, output_padding=1)
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(output_padding=1), r"output_padding \(1, 1\) is not below stride \(1, 1\) or dilation \(1, 1\) on "
+                             r"spatial axis 0; each must be smaller than its axis's stride or dilation"),
+    (dict(stride=(2, 1), dilation=(1, 2), output_padding=(1, 2)), r"output_padding \(1, 2\) is not below stride "
+                                                                   r"\(2, 1\) or dilation \(1, 2\) on spatial axis 1"),
+])
+def test_conv_transpose_rejects_output_padding_not_below_stride_or_dilation(kwargs, match):
+    """torch raises too: output rows past the last input's reach would hold only the bias."""
+    with pytest.raises(ValueError, match="conv_transpose: " + match):
+        Tensor.ones(1, 1, 3, 4).conv_transpose2d(Tensor.ones(1, 1, 2, 2), **kwargs)
 
 
 def test_conv_transpose_rejects_mismatched_channels():
@@ -326,14 +332,20 @@ def test_batchnorm_along_the_last_axis():
 # ---- attention -----------------------------------------------------------------------------------------------------
 
 BOOL_MASK = np.random.default_rng(7).random((4, 6)) < 0.7
-BOOL_MASK[:, 0] = True  # every query sees at least one key, else its softmax is 0/0
+BOOL_MASK[:, 0] = True
+EMPTY_ROW_MASK = BOOL_MASK.copy()
+EMPTY_ROW_MASK[2] = False  # query 2 sees no key: torch gives it 0, and no gradient
 FLOAT_MASK = randn(2, 1, 4, 6, seed=8)
+EMPTY_ROW_FLOAT_MASK = FLOAT_MASK.copy()
+EMPTY_ROW_FLOAT_MASK[1, 0, 3] = -np.inf
 
 # (name, query, key and value shapes, keyword arguments; a numpy attn_mask becomes a tensor of the query's dtype)
 SDPA = [
     ("plain_broadcast_kv", (2, 3, 4, 8), (1, 1, 6, 8), (1, 1, 6, 5), {}),
     ("bool_mask_scale", (2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 5), dict(attn_mask=BOOL_MASK, scale=1.5)),
     ("float_mask", (2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 5), dict(attn_mask=FLOAT_MASK)),
+    ("bool_mask_empty_row", (2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 5), dict(attn_mask=EMPTY_ROW_MASK)),
+    ("float_mask_empty_row", (2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 5), dict(attn_mask=EMPTY_ROW_FLOAT_MASK)),
     ("causal_lq_lt_lk", (2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 5), dict(is_causal=True)),
     ("causal_lq_gt_lk_scale", (1, 6, 4), (1, 4, 4), (1, 4, 3), dict(is_causal=True, scale=0.3)),
 ]
@@ -353,16 +365,6 @@ def test_scaled_dot_product_attention_matches_torch(name, q, k, v, kwargs):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=m, **rest)
 
     match_torch(ours, theirs, [randn(*q), randn(*k, seed=1), randn(*v, seed=2)])
-
-
-@pytest.mark.xfail(strict=True, reason="ember bug: a query whose keys are all masked out gets NaN (softmax over only "
-                                      "-inf); torch returns 0 for it")
-def test_scaled_dot_product_attention_of_a_query_with_every_key_masked_is_zero():
-    q = randn(1, 3, 4).astype(np.float32)
-    mask = np.array([[True, True, False], [False, False, False], [True, False, True]])
-    got = Tensor(q).scaled_dot_product_attention(Tensor(q), Tensor(q), attn_mask=Tensor(mask))
-    want = F.scaled_dot_product_attention(*[torch.from_numpy(q)] * 3, attn_mask=torch.from_numpy(mask))
-    np.testing.assert_allclose(got.numpy(), want.numpy(), **F32)
 
 
 def test_scaled_dot_product_attention_errors():
@@ -528,3 +530,24 @@ def test_losses_reject_an_unknown_reduction(name, call):
 def test_cross_entropy_rejects_a_target_of_the_wrong_shape(logits, target, match):
     with pytest.raises(ShapeError, match=match):
         Tensor.ones(*logits).cross_entropy(Tensor(np.asarray(target)))
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("target, kwargs, match", [
+    ([0, 5, 1], {}, r"target 5 is out of bounds for 5 classes; targets must be in \[0, 5\) or ignore_index \(-100\)"),
+    ([[0, -1], [2, 3]], {}, r"target -1 is out of bounds for 5 classes"),
+    ([0, 2, 9], dict(ignore_index=2), r"target 9 is out of bounds for 5 classes; targets must be in \[0, 5\) or "
+                                      r"ignore_index \(2\)"),
+])
+def test_losses_reject_a_class_index_out_of_range(op, target, kwargs, match):
+    """torch raises IndexError for a target outside [0, classes) that is not ignore_index; so does ember when the
+    target's values are known (a realized tensor) without running a kernel."""
+    target = np.asarray(target)
+    logits = Tensor(randn(*target.shape[:1], 5, *target.shape[1:]).astype(np.float32))
+    with pytest.raises(IndexError, match=f"{op}: {match}"):
+        getattr(logits, op)(Tensor(target), **kwargs)
+
+
+def test_cross_entropy_skips_an_ignore_index_outside_the_classes():
+    match_torch(lambda x, t: x.cross_entropy(t, ignore_index=7), lambda x, t: F.cross_entropy(x, t, ignore_index=7),
+                [LOGITS[:3], np.array([0, 7, 4])], diff=[0])

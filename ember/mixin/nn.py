@@ -143,6 +143,10 @@ class NNMixin:
         st, dl = _tuple(stride, n, "stride", "conv_transpose"), _tuple(dilation, n, "dilation", "conv_transpose")
         pd, op = _tuple(padding, n, "padding", "conv_transpose"), _tuple(output_padding, n, "output_padding",
                                                                            "conv_transpose")
+        for ax, (o, s, d) in enumerate(zip(op, st, dl, strict=True)):  # a larger one adds rows no input reaches
+            if o >= s and o >= d:
+                raise ValueError(f"conv_transpose: output_padding {op} is not below stride {st} or dilation {dl} "
+                                 f"on spatial axis {ax}; each must be smaller than its axis's stride or dilation")
         x = self
         for ax, s in enumerate(st):  # s - 1 zeros between neighbours
             if s == 1: continue
@@ -272,7 +276,8 @@ class NNMixin:
                                      dropout_p: float = 0.0, is_causal: bool = False,
                                      scale: float | None = None) -> Tensor:
         """softmax(q k^T * scale + mask) v with self as the query; a bool mask keeps the True positions,
-        is_causal keeps key j <= query i (top-left aligned, as torch)."""
+        is_causal keeps key j <= query i (top-left aligned, as torch). A query whose keys are all masked out
+        (every score -inf) gets 0, as torch, not the NaN of a softmax over nothing."""
         from ember.tensor import Tensor
         if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
             raise ShapeError(f"scaled_dot_product_attention: query {self.shape}, key {key.shape} and value "
@@ -283,9 +288,12 @@ class NNMixin:
             if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal")
             lq, lk = self.shape[-2], key.shape[-2]
             attn_mask = Tensor.ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
-        if attn_mask is not None:
-            scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
-        return scores.softmax(-1).dropout(dropout_p) @ value
+        if attn_mask is None: return scores.softmax(-1).dropout(dropout_p) @ value
+        scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
+        # a row of -inf only would be 0/0: give it finite scores, then zero weights (so no NaN in the gradient)
+        empty = scores.max(-1, keepdim=True).eq(-math.inf)
+        weights = empty.where(0.0, empty.where(0.0, scores).softmax(-1))
+        return weights.dropout(dropout_p) @ value
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1 / (1 - p), only when Tensor.training."""
@@ -329,6 +337,7 @@ class NNMixin:
         if target.shape != expected:
             raise ShapeError(f"{op}: target {target.shape} must have the input's shape without the class axis "
                              f"{expected} (input {self.shape})")
+        _check_targets(target, classes, ignore_index, op)
         keep = target.ne(ignore_index)
         hit = target.unsqueeze(c_axis).eq(_class_positions(classes, c_axis, self.ndim, self.device))
         picked_w = keep if w is None else keep * (hit.where(w, 0).sum(c_axis))
@@ -366,6 +375,18 @@ class NNMixin:
 def _class_positions(classes: int, axis: int, ndim: int, device: str) -> Tensor:
     from ember.tensor import Tensor
     return Tensor.arange(classes, device=device).reshape(tuple(classes if i == axis else 1 for i in range(ndim)))
+
+
+def _check_targets(target: Tensor, classes: int, ignore_index: int, op: str) -> None:
+    """Raise IndexError (as torch) for a class index outside [0, classes) other than ignore_index, when the
+    target's values are known without running a kernel (a lazy target is not realized for the check)."""
+    from ember.schedule.kernelize import is_buffer_view
+    if not is_buffer_view(target.uop) or target.numel() == 0: return
+    values = target.numpy()
+    bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
+    if bad.size:
+        raise IndexError(f"{op}: target {bad.flat[0]} is out of bounds for {classes} classes; targets must be in "
+                         f"[0, {classes}) or ignore_index ({ignore_index})")
 
 
 def _check_reduction(reduction: str, op: str) -> None:
