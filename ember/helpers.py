@@ -41,6 +41,7 @@ DEBUG = ContextVar("DEBUG", 0)  # 1: kernels and times, 2: + schedule, 4: + sour
 SPEC = ContextVar("SPEC", 0)  # check every stage's output against ember/uop/spec.py
 TRACK_REWRITES = ContextVar("TRACK_REWRITES", 0)  # record every rule firing (rule, before, after)
 CACHELEVEL = ContextVar("CACHELEVEL", 1)  # 0 disables the on-disk compile cache
+UNROLL = ContextVar("UNROLL", 64)  # most STOREs rangeify unrolls a kernel's small branching output axes into; 0: none
 
 
 class Context(contextlib.ContextDecorator):

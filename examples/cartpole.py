@@ -1,7 +1,7 @@
 """Cart-pole: an RK4 rollout and its jacobians as ember NumericalFunctions, called from Python and from C++.
 
-Run: python examples/cartpole.py [--steps N] [--build DIR]    (N = 2 by default: about 5 s; N = 10 takes about
-     a minute, almost all of it in ember's scheduler while it traces the jacobians: see bench/README.md)
+Run: python examples/cartpole.py [--steps N] [--build DIR]    (N = 10 by default: a few seconds, most of them in
+     compiling the three functions on a cold cache)
 
 The model is the classic cart-pole (Barto, Sutton and Anderson 1983): a cart on a track pushed by a force u, with
 a pole hinged on it; state (x, x_dot, theta, theta_dot), theta = 0 upright. `rollout(state, controls)` integrates N
@@ -74,21 +74,13 @@ def simulate(state: State, forces: Sequence[Any], sin: Callable[[Any], Any], cos
 
 
 def ember_rollout(steps: int) -> Callable[[Tensor, Tensor], Tensor]:
-    """(state[4], controls[steps]) -> final state[4], in ember Tensor ops.
-
-    Components are read as dot products with unit vectors and the result is assembled as a sum of scaled unit
-    vectors. The direct spelling (state[i], Tensor.stack) computes the same values, but ember then fuses the
-    stack into one kernel that evaluates every component in every lane: 7.5 us per rollout instead of 1.2, and
-    jacobians of 64 us (state) and 365 us (controls) instead of about 24 (10 steps, bench/README.md)."""
-    unit_state = [np.eye(STATE_SIZE)[i] for i in range(STATE_SIZE)]
-    unit_step = [np.eye(steps)[k] for k in range(steps)]
-
+    """(state[4], controls[steps]) -> final state[4], in ember Tensor ops: components read with state[i], the
+    final state assembled with Tensor.stack. ember stores such small outputs element by element, so each element
+    computes only its own expression, sharing the common work with the others."""
     def rollout(state: Tensor, controls: Tensor) -> Tensor:
-        start = tuple((state * Tensor(e)).sum() for e in unit_state)
-        forces = [(controls * Tensor(e)).sum() for e in unit_step]
-        final = simulate(start, forces, Tensor.sin, Tensor.cos)  # type: ignore[arg-type]
-        return sum((Tensor(e) * c for e, c in zip(unit_state[1:], final[1:], strict=True)),
-                   Tensor(unit_state[0]) * final[0])
+        start = tuple(state[i] for i in range(STATE_SIZE))
+        final = simulate(start, [controls[k] for k in range(steps)], Tensor.sin, Tensor.cos)  # type: ignore[arg-type]
+        return Tensor.stack(*final)
     return rollout
 
 
@@ -141,8 +133,7 @@ def run_cpp(fns: list[NumericalFunction], args: list[np.ndarray], build: str) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=2, help="RK4 steps of the rollout (tracing the jacobians "
-                        "takes about 2 s at 2 steps, 50 s at 10: ember's scheduler is quadratic here, bench/README.md)")
+    parser.add_argument("--steps", type=int, default=10, help="RK4 steps of the rollout")
     parser.add_argument("--build", default=os.path.join(HERE, "build", "cartpole"), help="where the C++ goes")
     opts = parser.parse_args()
     np.set_printoptions(precision=5, suppress=True, linewidth=120)

@@ -33,13 +33,13 @@ from ember.tensor import Tensor
 class SparseFunction(NumericalFunction):
     """A NumericalFunction returning the nonzeros of a sparse matrix in CSC order, with the pattern attached."""
 
-    def __init__(self, name: str, fn: Callable[..., Any], args: Sequence[Arg], pattern: np.ndarray,
-                 colors: int) -> None:
+    def __init__(self, name: str, fn: Callable[..., Any], args: Sequence[Arg], arg_names: Sequence[str],
+                 pattern: np.ndarray, colors: int) -> None:
         self.shape: tuple[int, int] = pattern.shape  # type: ignore[assignment]
         self.indptr = np.concatenate([[0], np.cumsum(pattern.sum(axis=0))]).astype(np.int64)
         self.indices = np.nonzero(pattern.T)[1].astype(np.int64)  # row of each nonzero, column by column
         self.colors = colors
-        super().__init__(name, fn, args)
+        super().__init__(name, fn, args, arg_names)
 
     @property
     def nnz(self) -> int: return len(self.indices)
@@ -89,7 +89,7 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
         if forward: compressed = forward_directions(out, ts[a], _seeds(by_col, n_col, x_shape))
         else: compressed = reverse_directions(out, ts[a], _seeds(by_row, n_row, out.shape))
         return compressed.reshape(-1)._take(0, _index(where))
-    return SparseFunction(f"{f.name}_spjac", fn, f.args, pattern, n_col if forward else n_row)
+    return SparseFunction(f"{f.name}_spjac", fn, f.args, f.arg_names, pattern, n_col if forward else n_row)
 
 
 def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
@@ -111,7 +111,7 @@ def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
         if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
         compressed = forward_directions(_grad(out.sum(), ts[a]), ts[a], _seeds(colors, count, x_shape))
         return compressed.reshape(-1)._take(0, _index(where))
-    return SparseFunction(f"{f.name}_sphess", fn, f.args, pattern, count)
+    return SparseFunction(f"{f.name}_sphess", fn, f.args, f.arg_names, pattern, count)
 
 
 __all__ = ["SparseFunction", "spjacobian", "sphessian"]

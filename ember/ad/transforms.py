@@ -47,7 +47,8 @@ def vjp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
     def fn(*xs: Tensor) -> Tensor:
         out = _single(f, xs[:-1], "vjp")
         return _grad(out, xs[a], xs[-1].cast(out.dtype))
-    return NumericalFunction(f"{f.name}_vjp", fn, [*f.args, Arg(out_shape, f.output_dtypes[0])])
+    return NumericalFunction(f"{f.name}_vjp", fn, [*f.args, Arg(out_shape, f.output_dtypes[0])],
+                             _names(f, "cotangent"))
 
 
 def jvp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
@@ -58,7 +59,7 @@ def jvp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
         out = _single(f, xs[:-1], "jvp")
         v = xs[-1].cast(xs[a].dtype).reshape(1, *xs[a].shape)
         return _tensor(tangents([out.uop], {xs[a].uop: v.uop}, 1)[0]).reshape(out.shape)
-    return NumericalFunction(f"{f.name}_jvp", fn, [*f.args, f.args[a]])
+    return NumericalFunction(f"{f.name}_jvp", fn, [*f.args, f.args[a]], _names(f, "tangent"))
 
 
 def gradient(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
@@ -67,19 +68,27 @@ def gradient(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
     if len(f.output_shapes) != 1 or prod(f.output_shapes[0]) != 1:
         raise ShapeError(f"gradient: {f.name} must return one scalar, not outputs of shapes {f.output_shapes}; "
                          f"use jacobian or vjp")
-    return NumericalFunction(f"{f.name}_grad", lambda *xs: _grad(_single(f, xs, "gradient").sum(), xs[a]), f.args)
+    return NumericalFunction(f"{f.name}_grad", lambda *xs: _grad(_single(f, xs, "gradient").sum(), xs[a]), f.args,
+                             f.arg_names)
 
 
 def jacobian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
     """x... -> df/dx_argnum of shape output.shape + x_argnum.shape."""
     a = _argnum(f, argnum, "jacobian")
     if len(f.output_shapes) != 1: raise ShapeError(f"jacobian: {f.name} must have one output")
-    return NumericalFunction(f"{f.name}_jac", lambda *xs: _jacobian(_single(f, xs, "jacobian"), xs[a]), f.args)
+    return NumericalFunction(f"{f.name}_jac", lambda *xs: _jacobian(_single(f, xs, "jacobian"), xs[a]), f.args,
+                             f.arg_names)
 
 
 def hessian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
     """x... -> d2f/dx_argnum2 for a scalar f, of shape x_argnum.shape * 2."""
     return jacobian(gradient(f, argnum), argnum)
+
+
+def _names(f: NumericalFunction, extra: str) -> list[str]:
+    """f's argument names and one more, made distinct."""
+    while extra in f.arg_names: extra += "_"
+    return [*f.arg_names, extra]
 
 
 def _grad(out: Tensor, x: Tensor, seed: Tensor | None = None) -> Tensor:
@@ -137,7 +146,7 @@ def vmap(f: NumericalFunction, in_axes: int | None | Sequence[int | None] = 0, *
         lifted = [_tensor(u if batched else broadcast_front(u, axis_size))
                   for u, batched in lift([o.uop for o in outs], subst, axis_size)]
         return lifted[0] if isinstance(traced, Tensor) else tuple(lifted)
-    return NumericalFunction(f"{f.name}_vmap", fn, args)
+    return NumericalFunction(f"{f.name}_vmap", fn, args, f.arg_names)
 
 
 __all__ = ["vjp", "jvp", "gradient", "jacobian", "hessian", "vmap"]

@@ -56,9 +56,17 @@ def lower_reduce(ctx: LowerContext, red: UOp) -> UOp:
 
 
 def close_store_ranges(sink: UOp) -> UOp | None:
-    """Every STORE under the SINK is closed by ENDs of the ranges it sits in."""
+    """Every STORE under the SINK is closed by ENDs of the ranges it sits in; STOREs in the same ranges (an
+    unrolled output) share one loop: a NOOP groups them."""
     if not any(s.op is Ops.STORE and s.ranges for s in sink.src): return None
-    return sink.replace(src=tuple(end_ranges(s, s.ranges) if s.op is Ops.STORE else s for s in sink.src))
+    groups: dict[frozenset[UOp], list[UOp]] = {}
+    for s in sink.src: groups.setdefault(frozenset(s.ranges) if s.op is Ops.STORE else frozenset(), []).append(s)
+    closed: list[UOp] = []
+    for ranges, members in groups.items():
+        if not ranges: closed += members
+        else: closed.append(end_ranges(members[0] if len(members) == 1 else UOp(Ops.NOOP, dtypes.void,
+                                                                                 tuple(members)), tuple(ranges)))
+    return sink.replace(src=tuple(closed))
 
 
 pm_lower_reduce = PatternMatcher([

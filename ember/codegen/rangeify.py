@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ember.codegen.lowerer import reduce_identity
 from ember.dtype import DType, PtrDType, dtypes
-from ember.helpers import strides_for_shape
+from ember.helpers import UNROLL, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
@@ -35,7 +35,9 @@ class RangeifyContext:
     """Numbers new RANGEs in creation order, so an enclosing loop always has a smaller axis than what it encloses."""
 
     index_dtype: DType
+    unroll: frozenset[int] = frozenset()  # output axes stored position by position instead of looped over
     axes: itertools.count = field(default_factory=itertools.count)
+    output_ranges: tuple[UOp | None, ...] = ()  # the output's RANGE per axis (None: unrolled or of size 1)
 
     def new_range(self, size: int, kind: AxisKind) -> UOp:
         """A RANGE over [0, size), or the constant 0 for an axis of size 1."""
@@ -104,6 +106,10 @@ def index_movement(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
         if before: inside = inside & (UOp.const(d, before - 1) < i)
         if after: inside = inside & (i < size - after)
     moved = tuple(i - b for i, (b, _) in zip(idx, x.arg, strict=True))
+    # decide now when the bounds of the indices already do: a read that is never inside is never built (a chain
+    # of cats would otherwise build every branch of every link before folding them away)
+    if not inside.vmax: return UOp.const(x.dtype, 0)
+    if inside.vmin: return at(src, valid, moved)
     return inside.where(at(src, valid & inside, moved), UOp.const(x.dtype, 0))
 
 
@@ -142,11 +148,36 @@ def drop_true_gate(x: UOp, g: UOp, i: UOp) -> UOp:
     return UOp(Ops.INDEX, x.dtype, (g, i))
 
 
+UNROLL_AXIS_LIMIT = 16  # an output axis this small that the value branches on is unrolled, as long as the unrolled
+# axes make at most helpers.UNROLL stores
+
+
 def store_over_ranges(ctx: RangeifyContext, g: UOp, view: UOp, value: UOp) -> UOp:
-    """The output: one RANGE per axis of its shape, and the value at those ranges stored at their offset."""
-    idx = tuple(ctx.new_range(s, AxisKind.GLOBAL) for s in view.shape)
-    target = UOp(Ops.INDEX, g.dtype, (g, flat_index(idx, view.shape, ctx.index_dtype)))
-    return UOp(Ops.STORE, dtypes.void, (target, at(value, UOp.const(dtypes.bool, True), idx)))
+    """The output: one RANGE per axis of its shape, and the value at those ranges stored at their offset.
+
+    The axes in `ctx.unroll` get no RANGE: one STORE per position along them instead (grouped in a SINK), so the
+    branches of a cat, stack or pad fold to the one each position reads, and the positions share the work they
+    have in common (the graph is hash-consed), as a scalar code generator would write it."""
+    loops = {a: ctx.new_range(s, AxisKind.GLOBAL) for a, s in enumerate(view.shape) if a not in ctx.unroll}
+    ctx.output_ranges = tuple(loops.get(a) for a in range(len(view.shape)))
+    stores = []
+    for pos in itertools.product(*(range(view.shape[a]) for a in sorted(ctx.unroll))):
+        fixed = dict(zip(sorted(ctx.unroll), pos, strict=True))
+        idx = tuple(UOp.const(ctx.index_dtype, fixed[a]) if a in fixed else loops[a] for a in range(len(view.shape)))
+        target = UOp(Ops.INDEX, g.dtype, (g, flat_index(idx, view.shape, ctx.index_dtype)))
+        stores.append(UOp(Ops.STORE, dtypes.void, (target, at(value, UOp.const(dtypes.bool, True), idx))))
+    return stores[0] if len(stores) == 1 else UOp(Ops.SINK, dtypes.void, tuple(stores))
+
+
+def branching_axes(sink: UOp, output_ranges: tuple[UOp | None, ...]) -> frozenset[int]:
+    """The small output axes whose index a comparison reads (a cat, stack, pad or eye choosing per position):
+    worth unrolling, smallest first, within UNROLL stores in all."""
+    compared = {r for u in sink.toposort() if u.op in GroupOp.Comparison for r in u.ranges}
+    chosen, stores = [], 1
+    candidates = [(int(r.src[0].arg), a) for a, r in enumerate(output_ranges) if r is not None and r in compared]
+    for size, a in sorted(candidates):
+        if size <= UNROLL_AXIS_LIMIT and stores * size <= UNROLL.value: chosen, stores = [*chosen, a], stores * size
+    return frozenset(chosen)
 
 
 pm_rangeify = PatternMatcher([
@@ -219,9 +250,13 @@ def rangeify(ast: UOp) -> UOp:
     """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
     sizes = [u.dtype.size for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
     index_dtype = dtypes.int64 if max(sizes, default=0) > 2**31 - 1 else dtypes.int32
-    sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype), bottom_up=True,
-                         name="rangeify")
+    ctx = RangeifyContext(index_dtype)
+    sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=ctx, bottom_up=True, name="rangeify")
+    if unroll := branching_axes(sink, ctx.output_ranges):
+        sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype, unroll), bottom_up=True,
+                             name="rangeify (unrolled)")
     sink = graph_rewrite(sink, pm_simplify_gated_index)
+    sink = sink.replace(src=tuple(x for s in sink.src for x in (s.src if s.op is Ops.SINK else (s,))))  # unrolled
     # a buffer whose reads all simplified away is still a parameter of the kernel: its slot must not shift
     kept = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}
     dropped = [u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL and u not in kept]

@@ -9,7 +9,6 @@ on the functions, so generating twice gives byte-identical files.
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ CPP_RESERVED = frozenset("""alignas alignof and asm auto bool break case catch c
 decltype default delete do double else enum explicit export extern false float for friend goto if inline int long
 mutable namespace new noexcept not nullptr operator or private protected public register return short signed sizeof
 static struct switch template this throw true try typedef typename union unsigned using virtual void volatile while
-xor ws data std size""".split())
+xor ws data std size nnz sparse_rows sparse_cols colors indptr indices""".split())
 
 
 def render_bitcast_cpp(ctx: dict[UOp, str], x: UOp) -> str:
@@ -109,10 +108,8 @@ def _constant_values(buf: Buffer) -> str:
 
 def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, Any]:
     plan = f.plan
-    try: names = list(inspect.signature(f.fn).parameters)[:len(f.args)]
-    except (TypeError, ValueError): names = []
-    if len(names) != len(f.args) or len(set(names)) != len(names) or \
-            any(not n.isidentifier() or n in CPP_RESERVED or n.startswith("out") for n in names):
+    names = f.arg_names
+    if len(set(names)) != len(names) or any(n in CPP_RESERVED or n.startswith("out") for n in names):
         names = [f"in{i}" for i in range(len(f.args))]
     inputs = [_Buf(n, f"{n}_t", c_type(a.dtype), a.shape, NPY_TYPES.get(a.dtype, ""))
               for n, a in zip(names, f.args, strict=True)]
@@ -146,7 +143,18 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
     sig = ", ".join(f"{a.dtype.name}{list(a.shape)} {n.name}" for a, n in zip(f.args, inputs, strict=True))
     return {"name": f.name, "signature": f"{f.name}({sig}) -> " + ", ".join(
         f"{b.ctype}{list(b.dims)}" for b in outputs), "inputs": inputs, "outputs": outputs, "sizes": sizes,
-        "constants": constants, "kernels": kernels, "body": body, "workspace_bytes": offset}
+        "constants": constants, "kernels": kernels, "body": body, "workspace_bytes": offset,
+        "sparse": _sparsity_model(f)}
+
+
+def _sparsity_model(f: NumericalFunction) -> dict[str, Any] | None:
+    """The pattern of a sparse derivative (ember.ad.SparseFunction), written into the header as constants."""
+    from ember.ad.sparse import SparseFunction
+    if not isinstance(f, SparseFunction): return None
+    (rows, cols), big = f.shape, max(f.nnz, f.shape[0]) > 2**31 - 1
+    return {"rows": rows, "cols": cols, "nnz": f.nnz, "colors": f.colors, "ctype": "int64_t" if big else "int32_t",
+            "indptr": ", ".join(str(int(v)) for v in f.indptr),
+            "indices": ", ".join(str(int(v)) for v in f.indices) or "0"}
 
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("ember.export", "templates"), trim_blocks=True,

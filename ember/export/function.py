@@ -14,6 +14,7 @@ returns an input or a view of one. The same plan is what generate_module writes 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,9 +61,11 @@ class NumericalFunction:
     Constants captured by `fn` (`Tensor(numpy_array)`) are part of the function; kernels that depend on them alone
     run once when it is traced."""
 
-    def __init__(self, name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> None:
+    def __init__(self, name: str, fn: Callable[..., Any], args: Sequence[Arg],
+                 arg_names: Sequence[str] | None = None) -> None:
         if not name.isidentifier(): raise ValueError(f"NumericalFunction: name {name!r} must be an identifier")
         self.name, self.fn, self.args = name, fn, [a if isinstance(a, Arg) else Arg(a) for a in args]
+        self.arg_names = list(arg_names) if arg_names is not None else _parameter_names(fn, len(self.args))
         placeholders = [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in self.args]
         outs = fn(*placeholders)
         self.single = isinstance(outs, Tensor)
@@ -122,6 +125,16 @@ class NumericalFunction:
         sig = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in self.args)
         return f"<NumericalFunction {self.name}({sig}) -> {len(self.plan.outputs)} outputs, " \
                f"{len(self.plan.items)} kernels>"
+
+
+def _parameter_names(fn: Callable[..., Any], count: int) -> list[str]:
+    """fn's parameter names, used in the C++ it exports; in0, in1, ... where they are not `count` distinct names."""
+    try: names = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY,
+                                                                                          p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError): names = []
+    names = names[:count]
+    if len(names) != count or len(set(names)) != count: return [f"in{i}" for i in range(count)]
+    return names
 
 
 def numerical_function(name: str, *shapes: int | Sequence[int] | Arg) -> Callable[[Callable[..., Any]],

@@ -50,14 +50,30 @@ def fused_cost(order: dict[UOp, None]) -> dict[UOp, int]:
     return cost
 
 
+CHAIN_LIMIT = 64  # nodes searched below a broadcast value for the reduction it ends on
+
+
+def is_chain_op(n: UOp) -> bool:
+    return n.op in GroupOp.Elementwise or (n.op in GroupOp.Movement and n.op is not Ops.EXPAND)
+
+
 def ends_on_private_reduce(u: UOp, consumers: dict[UOp, list[UOp]]) -> bool:
     """u is computed elementwise (views allowed) from a reduction, and nothing else reads the reduction or the
     values between it and u.
 
     Storing u instead of the reduction costs the same and fuses the chain (relu(x @ w + b)) into the reduce kernel,
-    instead of recomputing it for every element the broadcast makes."""
-    chain = [n for n in u.toposort(descend=lambda n: n is u or n.op in GroupOp.Elementwise or
-                                   (n.op in GroupOp.Movement and n.op is not Ops.EXPAND))]
+    instead of recomputing it for every element the broadcast makes. Only chains of up to CHAIN_LIMIT nodes are
+    searched, so that the scheduler stays linear in the graph (a long chain gains little from the move)."""
+    seen, stack = {u}, [u]
+    while stack:
+        n = stack.pop()
+        if n is not u and (n.op is Ops.REDUCE_AXIS or not is_chain_op(n)): continue
+        for s in n.src:
+            if s in seen: continue
+            if len(seen) >= CHAIN_LIMIT: return False
+            seen.add(s)
+            stack.append(s)
+    chain = [n for n in u.toposort(descend=lambda n: n is u or is_chain_op(n))]
     reaches: dict[UOp, bool] = {}  # the node lies on a path from u down to a reduction
     for n in chain:
         reaches[n] = n.op is Ops.REDUCE_AXIS or (n.op is not Ops.REDUCE_AXIS and any(reaches.get(s, False)

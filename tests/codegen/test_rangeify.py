@@ -26,7 +26,8 @@ from ember.uop.upat import PatternMatcher, graph_rewrite
 
 @pytest.fixture(params=[0, 1], ids=["spec0", "spec1"], autouse=True)
 def spec(request: pytest.FixtureRequest) -> Iterator[int]:
-    with Context(SPEC=request.param): yield request.param
+    """Index arithmetic is checked over loops, so small outputs are not unrolled here (see test_unroll_*)."""
+    with Context(SPEC=request.param, UNROLL=0): yield request.param
 
 
 def ast_of(t: Tensor) -> UOp:
@@ -255,3 +256,25 @@ def test_reshape_index_leaves_untouched_axes_alone(new: tuple[int, ...], old: tu
     idx = tuple(UOp.range(s, a) for a, s in enumerate(new))
     out = reshape_index(idx, new, old, dtypes.int32)
     for new_axis, old_axis in kept.items(): assert simplify(out[old_axis]) is idx[new_axis]
+
+
+def test_unroll_stores_a_small_stack_position_by_position_with_its_branches_folded():
+    """A stack of 4 differently computed values: unrolled, each store holds only its own branch (no WHERE)."""
+    a, b = Tensor(np.arange(3.0, dtype=np.float32)), Tensor(np.arange(3.0, 6.0, dtype=np.float32))
+    value = Tensor.stack(a[0] * 2, a[1].exp(), b[2] - 1, (a[2] + b[0]).sqrt())
+    with Context(UNROLL=64): sink = rangeify(ast_of(value.contiguous()))
+    assert [u.op for u in sink.src] == [Ops.STORE] * 4 and not ranges(sink)
+    assert not any(u.op is Ops.WHERE for u in sink.toposort())
+    np.testing.assert_allclose(value.numpy(), [0.0, np.e, 4.0, np.sqrt(5.0)], rtol=1e-6)
+
+
+def test_unroll_keeps_a_loop_over_an_axis_that_does_not_branch():
+    """(100, 2): the axis of 2 is a cat (unrolled), the axis of 100 is the same code for every row (a loop)."""
+    x = Tensor((np.arange(200.0) / 100).astype(np.float32).reshape(100, 2))
+    value = x[:, :1].exp().cat(x[:, 1:] * 3, dim=1)
+    with Context(UNROLL=64): sink = rangeify(ast_of(value.contiguous()))
+    assert [int(r.src[0].arg) for r in ranges(sink)] == [100]
+    assert sum(u.op is Ops.STORE for u in sink.toposort()) == 2
+    n = np.arange(200.0).reshape(100, 2) / 100
+    want = np.concatenate([np.exp(n[:, :1]), n[:, 1:] * 3], 1)
+    np.testing.assert_allclose(value.numpy(), want.astype(np.float32), rtol=1e-6)
