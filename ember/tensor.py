@@ -17,7 +17,7 @@ import numpy as np
 
 from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
-from ember.errors import DeviceError, DTypeError, ShapeError
+from ember.errors import DeviceError, DTypeError, EmberError, ShapeError
 from ember.helpers import prod
 from ember.mixin.activation import ActivationMixin
 from ember.mixin.creation import CreationMixin
@@ -94,6 +94,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     _needs_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
     no_grad: ClassVar[bool] = False  # set by `no_grad()`: new tensors are detached from their inputs
     training: ClassVar[bool] = False  # set by `Tensor.train()`: dropout and batchnorm behave as in training
+    traced_inputs: ClassVar[set[UOp]] = set()  # placeholders of the NumericalFunctions being traced: no values yet
 
     @staticmethod
     def train(mode: bool = True) -> _ClassFlag:
@@ -239,8 +240,20 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         while u.op is Ops.RESHAPE: u = u.src[0]
         return buffer_of(u)
 
+    def values_known(self) -> bool:
+        """The values are in a buffer already (reading them runs no kernel) and are not a traced input's."""
+        from ember.schedule.kernelize import is_buffer_view
+        return is_buffer_view(self.uop) and not self._traced()
+
+    def _traced(self) -> bool:
+        return bool(Tensor.traced_inputs) and any(u in Tensor.traced_inputs for u in self.uop.toposort())
+
     def numpy(self) -> np.ndarray:
         """A numpy copy of the values (bfloat16 comes back as float32)."""
+        if self._traced():
+            raise EmberError("reading the values of a tensor computed from a NumericalFunction's inputs while it is "
+                             "traced: they are not known until it is called. Data-dependent shapes (boolean masks, "
+                             "nonzero, masked_select, item) cannot be traced; use where() or index tensors instead")
         if self.numel() == 0: return np.zeros(self.shape, dtype=to_numpy(self.dtype))
         flat = self._buffer().numpy()
         if self.dtype is dtypes.bfloat16:

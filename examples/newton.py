@@ -1,15 +1,15 @@
 """Newton's method on a Rosenbrock chain, with the gradient and hessian from ember.ad.
 
-Run: python examples/newton.py [--size N]
+Run: python examples/newton.py [--size N] [--dense]
 
 f(x) = sum_i 100 (x[i+1] - x[i]^2)^2 + (1 - x[i])^2 over i < N - 1 (N = 100), minimum 0 at x = 1. ember traces f
 once; ember.ad.gradient and ember.ad.hessian turn it into NumericalFunctions that run as compiled C++. Each
 iteration solves H d = -g and backtracks along d (Armijo) until f drops enough; where H is not positive definite
 it is shifted by a multiple of the identity until it is, so d always points downhill. It stops when |g| < 1e-10.
 
-The hessian is tridiagonal. When ember.ad.sphessian exists the script uses it: its values in compressed sparse
-columns, solved with scipy.sparse.linalg.spsolve (numpy.linalg.solve on the densified matrix without scipy).
-Otherwise it uses the dense hessian.
+The hessian is tridiagonal: ember.ad.sphessian finds that from the graph, star-colors it (3 colors, whatever N)
+and returns its nonzeros in compressed sparse columns, solved with scipy.sparse.linalg.spsolve (numpy.linalg.solve
+on the densified matrix without scipy). --dense uses ember.ad.hessian and numpy's Cholesky instead.
 """
 
 from __future__ import annotations
@@ -48,33 +48,17 @@ def dense_newton_system(hessian: NumericalFunction) -> Callable[[np.ndarray, np.
     return at
 
 
-def csc_pattern(sparse: NumericalFunction, n: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(indptr, indices) of a sparse derivative's compressed columns, under the names ember might give them."""
-    for ptr_name, idx_name in (("indptr", "indices"), ("colptr", "rowval"), ("col_ptr", "row_idx")):
-        ptr, idx = getattr(sparse, ptr_name, None), getattr(sparse, idx_name, None)
-        if ptr is not None and idx is not None and len(ptr) == n + 1: return np.asarray(ptr), np.asarray(idx)
-    pattern = getattr(sparse, "pattern", None) or getattr(sparse, "sparsity", None)
-    if pattern is not None and hasattr(pattern, "indptr"):
-        return np.asarray(pattern.indptr), np.asarray(pattern.indices)
-    return None
-
-
-def sparse_newton_system(f: NumericalFunction, n: int) -> Callable[[np.ndarray, np.ndarray], Solve] | None:
-    """Like dense_newton_system with ember.ad.sphessian's nonzeros; None where that is missing or unreadable."""
-    if not hasattr(ember.ad, "sphessian"): return None
+def sparse_newton_system(f: NumericalFunction, n: int) -> Callable[[np.ndarray, np.ndarray], Solve]:
+    """Like dense_newton_system with the nonzeros of ember.ad.sphessian, solved by scipy's sparse LU (or numpy on
+    the densified matrix where scipy is missing)."""
     sparse = ember.ad.sphessian(f)
-    pattern = csc_pattern(sparse, n)
-    if pattern is None:
-        print("ember.ad.sphessian exists, but its sparsity pattern is not under indptr/indices, colptr/rowval, "
-              "col_ptr/row_idx or .pattern: using the dense hessian")
-        return None
-    indptr, indices = pattern
+    indptr, indices = sparse.indptr, sparse.indices
     try:
         import scipy.sparse  # type: ignore[import-untyped]  # optional, and without stubs here
         import scipy.sparse.linalg  # type: ignore[import-untyped]
-    except ImportError:
-        scipy = None
-    print(f"sparse hessian: {len(indices)} nonzeros of {n * n}, solved with "
+    except ImportError: scipy = None
+    print(f"sparse hessian: {sparse.nnz} nonzeros of {n * n}, {sparse.colors} hessian-vector products per "
+          f"evaluation (star coloring), solved with "
           f"{'scipy.sparse.linalg.spsolve' if scipy else 'numpy.linalg.solve (no scipy)'}")
 
     def at(x: np.ndarray, g: np.ndarray) -> Solve:
@@ -83,11 +67,13 @@ def sparse_newton_system(f: NumericalFunction, n: int) -> Callable[[np.ndarray, 
             if scipy is not None:
                 h = scipy.sparse.csc_matrix((values, indices, indptr), shape=(n, n))
                 shifted = (h + shift * scipy.sparse.identity(n, format="csc")).tocsc()
+                lowest = scipy.sparse.linalg.eigsh(shifted, k=1, which="SA", return_eigenvectors=False)[0]
+                if lowest <= 0: raise np.linalg.LinAlgError("not positive definite")
                 d = scipy.sparse.linalg.spsolve(shifted, -g)
             else:
-                dense = np.zeros((n, n))
-                dense[indices, np.repeat(np.arange(n), np.diff(indptr))] = values
-                d = np.linalg.solve(dense + shift * np.eye(n), -g)
+                shifted = sparse.to_dense(values) + shift * np.eye(n)
+                np.linalg.cholesky(shifted)  # raises LinAlgError unless positive definite
+                d = np.linalg.solve(shifted, -g)
             if not np.all(np.isfinite(d)) or g @ d >= 0: raise np.linalg.LinAlgError("not a descent direction")
             return d
         return solve
@@ -118,15 +104,17 @@ def newton(f: NumericalFunction, gradient: NumericalFunction, system: Callable[[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=100, help="length N of the chain")
-    n = parser.parse_args().size
+    parser.add_argument("--dense", action="store_true", help="use the dense hessian and numpy's Cholesky")
+    opts = parser.parse_args()
+    n = opts.size
 
     start = time.perf_counter()
     f = NumericalFunction("rosenbrock", rosenbrock, [Arg(n)])
     gradient = ember.ad.gradient(f)
-    system = sparse_newton_system(f, n)
-    if system is None:
+    if opts.dense:
         print(f"dense hessian: {n} x {n}, solved with numpy (Cholesky)")
         system = dense_newton_system(ember.ad.hessian(f))
+    else: system = sparse_newton_system(f, n)
     x0 = np.full(n, 0.5)
     system(x0, np.asarray(gradient(x0)))  # the first call compiles
     print(f"traced and compiled f, its gradient and hessian in {time.perf_counter() - start:.1f} s")

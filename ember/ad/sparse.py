@@ -25,7 +25,7 @@ import numpy as np
 from ember.ad.sparsity import color_columns, color_rows, dependencies, star_coloring, star_recovery
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
 from ember.errors import ShapeError
-from ember.export.function import Arg, NumericalFunction
+from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
 from ember.helpers import prod
 from ember.tensor import Tensor
 
@@ -55,10 +55,6 @@ class SparseFunction(NumericalFunction):
                f"{self.colors} colors>"
 
 
-def _placeholders(f: NumericalFunction) -> list[Tensor]:
-    return [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in f.args]
-
-
 def _seeds(colors: np.ndarray, count: int, shape: tuple[int, ...]) -> Tensor:
     """(count, *shape): direction c is 1 on the elements of color c."""
     return Tensor((colors[None, :] == np.arange(count)[:, None]).astype(np.float64).reshape(count, *shape))
@@ -72,12 +68,12 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
     """x... -> the nonzeros of d f / d x_argnum (f's output and x flattened), CSC order, one pass per color."""
     a = _argnum(f, argnum, "spjacobian")
     if len(f.output_shapes) != 1: raise ShapeError(f"spjacobian: {f.name} must have one output")
-    xs = _placeholders(f)
-    out = _single(f, xs, "spjacobian")
+    xs = placeholders_for(f.args)
+    with tracing(xs): out = _single(f, xs, "spjacobian")
     pattern = dependencies(out.uop, xs[a].uop, {x.uop for x in xs})
     m, n = pattern.shape
     by_col, by_row = color_columns(pattern), color_rows(pattern)
-    n_col, n_row = int(by_col.max(initial=-1)) + 1, int(by_row.max(initial=-1)) + 1
+    n_col, n_row = (int(c.max(initial=-1)) + 1 if pattern.any() else 0 for c in (by_col, by_row))
     cols, rows = np.nonzero(pattern.T)
     forward = n_col <= n_row
     where = by_col[cols] * m + rows if forward else by_row[rows] * n + cols
@@ -97,12 +93,12 @@ def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
     a = _argnum(f, argnum, "sphessian")
     if len(f.output_shapes) != 1 or prod(f.output_shapes[0]) != 1:
         raise ShapeError(f"sphessian: {f.name} must return one scalar, not outputs of shapes {f.output_shapes}")
-    xs = _placeholders(f)
-    grad = _grad(_single(f, xs, "sphessian").sum(), xs[a])
+    xs = placeholders_for(f.args)
+    with tracing(xs): grad = _grad(_single(f, xs, "sphessian").sum(), xs[a])
     pattern = dependencies(grad.uop, xs[a].uop, {x.uop for x in xs})
     pattern = pattern | pattern.T  # d2f/dxi dxj = d2f/dxj dxi
     colors = star_coloring(pattern)
-    count = int(colors.max(initial=-1)) + 1
+    count = int(colors.max(initial=-1)) + 1 if pattern.any() else 0
     where = star_recovery(pattern, colors)
     x_shape = f.args[a].shape
 

@@ -17,7 +17,7 @@ from ember.ad.batching import broadcast_front, lift
 from ember.ad.forward import tangents
 from ember.device import Device
 from ember.errors import ShapeError
-from ember.export.function import Arg, NumericalFunction
+from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
 from ember.helpers import prod
 from ember.tensor import Tensor
 from ember.uop.ops import UOp
@@ -138,8 +138,8 @@ def vmap(f: NumericalFunction, in_axes: int | None | Sequence[int | None] = 0, *
             for ax, arg in zip(axes, f.args, strict=True)]
 
     def fn(*xs: Tensor) -> Tensor | tuple[Tensor, ...]:
-        holders = [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in f.args]
-        traced = f.fn(*holders)
+        holders = placeholders_for(f.args)
+        with tracing(holders): traced = f.fn(*holders)
         outs = (traced,) if isinstance(traced, Tensor) else tuple(traced)
         subst = {h.uop: (x.uop, False) if ax is None else (x.permute(ax, *(i for i in range(x.ndim) if i != ax)).uop,
                                                          True) for h, x, ax in zip(holders, xs, axes, strict=True)}

@@ -14,8 +14,9 @@ returns an input or a view of one. The same plan is what generate_module writes 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +67,8 @@ class NumericalFunction:
         if not name.isidentifier(): raise ValueError(f"NumericalFunction: name {name!r} must be an identifier")
         self.name, self.fn, self.args = name, fn, [a if isinstance(a, Arg) else Arg(a) for a in args]
         self.arg_names = list(arg_names) if arg_names is not None else _parameter_names(fn, len(self.args))
-        placeholders = [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in self.args]
-        outs = fn(*placeholders)
+        placeholders = placeholders_for(self.args)
+        with tracing(placeholders): outs = fn(*placeholders)
         self.single = isinstance(outs, Tensor)
         outs = (outs,) if self.single else outs
         if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, Tensor) for o in outs):
@@ -125,6 +126,21 @@ class NumericalFunction:
         sig = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in self.args)
         return f"<NumericalFunction {self.name}({sig}) -> {len(self.plan.outputs)} outputs, " \
                f"{len(self.plan.items)} kernels>"
+
+
+def placeholders_for(args: Sequence[Arg]) -> list[Tensor]:
+    """Tensors standing for the arguments while a function is traced (buffers whose values never matter)."""
+    return [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in args]
+
+
+@contextlib.contextmanager
+def tracing(placeholders: Sequence[Tensor]) -> Iterator[None]:
+    """While `fn` runs on placeholders, reading a value computed from them is an error, not a silent garbage read
+    (Tensor.numpy checks Tensor.traced_inputs)."""
+    mine = {p.uop for p in placeholders} - Tensor.traced_inputs
+    Tensor.traced_inputs |= mine
+    try: yield
+    finally: Tensor.traced_inputs -= mine
 
 
 def _parameter_names(fn: Callable[..., Any], count: int) -> list[str]:

@@ -48,8 +48,7 @@ def _as_index_tensor(item: Any, like: Tensor) -> Tensor | None:
 
 def _check_in_range(idx: Tensor, size: int, axis: int) -> None:
     """Raise IndexError for an index outside [-size, size) when its values are known without running a kernel."""
-    from ember.schedule.kernelize import is_buffer_view
-    if not is_buffer_view(idx.uop) or idx.numel() == 0: return
+    if not idx.values_known() or idx.numel() == 0: return
     values = idx.numpy()
     bad = values[(values < -size) | (values >= size)]
     if bad.size: raise IndexError(f"index: {bad.flat[0]} is out of bounds for axis {axis} with size {size}")
@@ -61,9 +60,9 @@ def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
     items: list[Any] = []
     for it in (list(index) if isinstance(index, tuple) else [index]):
         t = _as_index_tensor(it, x)
-        if t is not None and t.ndim == 0 and (t.dtype.is_int or t.dtype is dtypes.bool):  # as torch: like a scalar
-            it = bool(t.item()) if t.dtype is dtypes.bool else int(t.item())
-        elif t is not None: it = t
+        if t is not None and t.ndim == 0 and t.dtype is dtypes.bool: it = bool(t.item())  # as torch: a scalar
+        elif t is not None and t.ndim == 0 and t.dtype.is_int and t.values_known(): it = int(t.item())
+        elif t is not None: it = t  # a lazy 0-d int index is a 0-d index tensor: it removes the axis as an int
         items.append(it)
     if sum(i is Ellipsis for i in items) > 1: raise IndexError("index: an index can only have one ellipsis")
     def width(i: Any) -> int:  # axes of x an index item consumes
@@ -151,12 +150,13 @@ def _flat_tensor_index(ix: _BasicIndex, y: Tensor) -> tuple[Tensor, int]:
     """The index tensors of `ix` combined into one index into y's tensor axes flattened, and their total size."""
     sizes = [y.shape[a] for a in ix.tensor_axes]
     idx = [t.cast(dtypes.int64) if t.dtype.itemsize > 4 else t.cast(dtypes.int32) for t in ix.tensors]
-    flat = None
+    flat, inside = None, None
     for t, size, stride in zip(idx, sizes, [prod(sizes[i + 1:]) for i in range(len(sizes))], strict=True):
         term = (t < 0).where(t + size, t) * stride
-        flat = term if flat is None else flat + term
-    assert flat is not None
-    return flat, prod(sizes)
+        ok = (t >= -size) & (t < size)
+        flat, inside = (term, ok) if flat is None or inside is None else (flat + term, inside & ok)
+    assert flat is not None and inside is not None
+    return inside.where(flat, -1), prod(sizes)  # a lazy index outside its axis reads 0 (-1 is outside every axis)
 
 
 def _select_last(table: Tensor, idx: Tensor) -> Tensor:
@@ -236,11 +236,9 @@ class IndexingMixin:
 
     def _take(self: Tensor, axis: int, idx: Tensor) -> Tensor:
         """self with `axis` replaced by idx's axes: out[..., j..., ...] = self[..., idx[j...], ...]. One load per
-        element (a data-dependent address); negative indices count from the end, others outside read 0."""
+        element (a data-dependent address); an index outside [0, n) reads 0 (callers wrap negative indices)."""
         from ember.uop.ops import Ops, UOp
         if not idx.dtype.is_int: raise DTypeError(f"index: indices must be integers, not {idx.dtype.name}")
-        n = self.shape[axis]
-        idx = (idx < 0).where(idx + n, idx)
         return self._wrap(UOp(Ops.GATHER, self.dtype, (self.uop, idx.uop), axis))
 
     def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:

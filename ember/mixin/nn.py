@@ -380,8 +380,7 @@ def _class_positions(classes: int, axis: int, ndim: int, device: str) -> Tensor:
 def _check_targets(target: Tensor, classes: int, ignore_index: int, op: str) -> None:
     """Raise IndexError (as torch) for a class index outside [0, classes) other than ignore_index, when the
     target's values are known without running a kernel (a lazy target is not realized for the check)."""
-    from ember.schedule.kernelize import is_buffer_view
-    if not is_buffer_view(target.uop) or target.numel() == 0: return
+    if not target.values_known() or target.numel() == 0: return
     values = target.numpy()
     bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
     if bad.size:

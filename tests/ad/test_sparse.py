@@ -315,9 +315,6 @@ def test_a_derivative_with_no_nonzeros_is_empty():
     np.testing.assert_array_equal(f.to_dense(values), np.zeros((2, 3)))
 
 
-@pytest.mark.xfail(strict=True, reason="an empty pattern reports colors == 1 although the function evaluates no "
-                   "direction (sparse.py returns zeros(0) before any pass): the greedy coloring gives every empty "
-                   "column color 0, and colors is counted as max + 1")
 def test_a_derivative_with_no_nonzeros_evaluates_no_direction():
     assert ignores_x().colors == 0
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from ember import Tensor, ad
-from ember.errors import ShapeError
+from ember.errors import EmberError, ShapeError
 from ember.export import Arg, NumericalFunction, render_module
 
 RNG = np.random.default_rng(7)
@@ -119,13 +119,7 @@ CASES = [
 ]
 BY_NAME = {c.name: c for c in CASES}
 
-# A 0-d integer (or bool) index tensor is turned into a Python int with .item() when the graph is built
-# (ember/mixin/indexing.py, _parse_index): traced on placeholders, it reads their zeros and bakes index 0 in.
-ZERO_D_INDEX = pytest.mark.xfail(strict=True, reason="x[i] with a 0-d index tensor computed from an argument reads "
-                                 "x[0] whatever i is: the index is read with .item() while tracing, where arguments "
-                                 "are zero placeholders (also unbatched: NumericalFunction(lambda x, i: x[i], "
-                                 "[Arg(5), Arg((), 'int64')])(np.arange(5.0), np.array(4)) gives 0.0)")
-KNOWN = {"argmax_index": ZERO_D_INDEX}
+KNOWN: dict[str, pytest.MarkDecorator] = {}
 
 
 @functools.cache
@@ -178,15 +172,11 @@ def test_batched_indices_outside_their_axis_read_zero_not_a_neighbouring_batch_e
     np.testing.assert_array_equal(got, [[1, 0], [0, 6], [15, 15]])
 
 
-@pytest.mark.xfail(strict=True, reason="x[i] normalizes a negative index twice (indexing.py: _flat_tensor_index adds "
-                   "n, then _take adds n again), so i in [-2n, -n) reads x[i + 2n] instead of 0 as _take documents "
-                   "for indices outside the axis: x[-6] of 5 elements reads x[4]")
 def test_an_index_below_minus_n_reads_zero():
     f = NumericalFunction("pick_low", lambda x, i: x[i], [Arg(5), Arg(3, "int64")])
     np.testing.assert_array_equal(f(np.arange(5.0) + 1, np.array([-5, -6, -9])), [1, 0, 0])
 
 
-@ZERO_D_INDEX
 def test_a_zero_d_index_argument_is_read_at_call_time():
     f = NumericalFunction("pick", lambda x, i: x[i], [Arg(5), Arg((), "int64")])
     assert f(np.arange(5.0), np.array(4)) == 4.0
@@ -344,3 +334,10 @@ def test_vmap_over_a_large_batch_matches_the_unbatched_function():
     x = np.random.default_rng(2).uniform(-1, 1, (1000, 8))
     got = ad.vmap(f, axis_size=1000)(x)
     for b in (0, 517, 999): np.testing.assert_allclose(got[b], f(x[b]), rtol=1e-13, atol=1e-15)
+
+
+def test_reading_a_traced_value_is_an_error_not_a_garbage_read():
+    """A boolean mask or nonzero needs the values to know the shape: while tracing there are none."""
+    for fn in (lambda x: x[x > 0], lambda x: x.nonzero(), lambda x: x[(x > 0).any()], lambda x: x * x.sum().item()):
+        with pytest.raises(EmberError, match="while it is traced"):
+            NumericalFunction("data_dependent", fn, [Arg(4)])
