@@ -24,6 +24,7 @@ import numpy as np
 
 from ember.ad.sparsity import color_columns, color_rows, dependencies, star_coloring, star_recovery
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
+from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
 from ember.helpers import prod
@@ -56,8 +57,13 @@ class SparseFunction(NumericalFunction):
 
 
 def _seeds(colors: np.ndarray, count: int, shape: tuple[int, ...]) -> Tensor:
-    """(count, *shape): direction c is 1 on the elements of color c."""
-    return Tensor((colors[None, :] == np.arange(count)[:, None]).astype(np.float64).reshape(count, *shape))
+    """(count, *shape): direction c is 1 on the elements of color c. A banded pattern's coloring is periodic
+    (element j has color j % count): then the seeds are arithmetic, computed where they are used, not a constant."""
+    n = len(colors)
+    direction = Tensor.arange(count).reshape(count, 1)
+    periodic = np.array_equal(colors, np.arange(n) % count)
+    color = Tensor.arange(n) % count if periodic else Tensor(colors.astype(np.int32))
+    return color.reshape(1, n).eq(direction).cast(dtypes.float64).reshape(count, *shape)
 
 
 def _index(where: np.ndarray) -> Tensor:
@@ -84,7 +90,7 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
         if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
         if forward: compressed = forward_directions(out, ts[a], _seeds(by_col, n_col, x_shape))
         else: compressed = reverse_directions(out, ts[a], _seeds(by_row, n_row, out.shape))
-        return compressed.reshape(-1)._take(0, _index(where))
+        return compressed.contiguous().reshape(-1)._take(0, _index(where))  # stored: a loop without indirection
     return SparseFunction(f"{f.name}_spjac", fn, f.args, f.arg_names, pattern, n_col if forward else n_row)
 
 
@@ -106,7 +112,7 @@ def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
         out = _single(f, ts, "sphessian")
         if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
         compressed = forward_directions(_grad(out.sum(), ts[a]), ts[a], _seeds(colors, count, x_shape))
-        return compressed.reshape(-1)._take(0, _index(where))
+        return compressed.contiguous().reshape(-1)._take(0, _index(where))  # stored: a loop without indirection
     return SparseFunction(f"{f.name}_sphess", fn, f.args, f.arg_names, pattern, count)
 
 

@@ -24,6 +24,8 @@ from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
 
 RECOMPUTE_LIMIT = 16  # ALU ops; a value dearer than this is stored once rather than recomputed by each reader
+BROADCAST_RECOMPUTE_SIZE = 64  # elements: a broadcast value this small is recomputed per copy (kernels this small
+# are unrolled and share it); a larger one that costs a transcendental is stored once
 
 
 @dataclass(eq=False)
@@ -103,6 +105,8 @@ def find_realized(outputs: list[UOp]) -> set[UOp]:
             expanded |= c.op is Ops.EXPAND or (c not in realized and broadcast[c])
         if u.op is Ops.REDUCE_AXIS and (expanded or len(kernels) > 1): realized.add(u)
         if u.op in GroupOp.Elementwise and expanded and ends_on_private_reduce(u, consumers): realized.add(u)
+        if u.op in GroupOp.Elementwise and expanded and cost[u] >= 4 and prod(u.shape) > BROADCAST_RECOMPUTE_SIZE:
+            realized.add(u)  # a transcendental per copy of a broadcast (forward mode's partials, one per direction)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
     return realized
