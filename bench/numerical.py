@@ -261,6 +261,8 @@ def measure_ember(case: Case, folder: str) -> None:
     for f in fns: f(*case.inputs)
     got: dict[str, Any] = {"what": what, "first": time.perf_counter() - start}
     outputs = [np.asarray(out) for f in fns for out in (lambda o: o if isinstance(o, tuple) else (o,))(f(*case.inputs))]
+    outputs = [f.to_dense(o) if hasattr(f, "to_dense") else o for f, o in zip(fns, outputs, strict=False)]
+    if any(hasattr(f, "colors") for f in fns): got["what"] += f" ({', '.join(str(f.colors) for f in fns)} colors)"
     np.savez(os.path.join(folder, "outputs.npz"), *outputs)  # for the check against CasADi
     print(json.dumps(got), flush=True)
     got["python"] = per_call(lambda: [f(*case.inputs) for f in fns])
