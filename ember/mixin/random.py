@@ -34,7 +34,7 @@ def threefry2x32(key: tuple[int, int], c0: Tensor, c1: Tensor) -> tuple[Tensor, 
 
 
 class RandomMixin:
-    """rand, randn, randint, uniform, normal: deterministic given `manual_seed`."""
+    """rand, randn, randint, randperm, uniform, normal and the *_like forms: deterministic given `manual_seed`."""
 
     __slots__ = ()
     _seed: int = 0
@@ -100,6 +100,25 @@ class RandomMixin:
         dt = to_dtype(dtype or dtypes.default_int)
         return (cls.rand(*shape, dtype=dtypes.float64, device=device) * (high - low)).floor().cast(dt) + low
 
+    @classmethod
+    def randperm(cls, n: int, device: str | None = None, dtype: DType | str = dtypes.int32) -> Tensor:
+        """A random permutation of 0..n-1: the ranks of n float64 uniform draws (53 bits make ties rare, and the
+        stable sort still gives a permutation when they happen)."""
+        if not isinstance(n, int) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+        return cls.rand(n, dtype=dtypes.float64, device=device).argsort().cast(to_dtype(dtype))
+
+    def rand_like(self: Tensor, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Uniform samples in [0, 1) with self's shape, and self's dtype and device unless given."""
+        dt = to_dtype(dtype or self.dtype)
+        if not dt.is_float: raise DTypeError(f"rand_like: needs a float dtype, got {dt.name}; pass dtype=")
+        return type(self).rand(*self.shape, dtype=dt, device=device or self.device)
+
+    def randn_like(self: Tensor, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Standard normal samples with self's shape, and self's dtype and device unless given."""
+        dt = to_dtype(dtype or self.dtype)
+        if not dt.is_float: raise DTypeError(f"randn_like: needs a float dtype, got {dt.name}; pass dtype=")
+        return type(self).randn(*self.shape, dtype=dt, device=device or self.device)
+
     # ---- initializers (torch's fan conventions: fan_in = shape[1] * receptive field, fan_out = shape[0] * ...) ----
 
     @classmethod
@@ -123,6 +142,13 @@ class RandomMixin:
         fan_in, fan_out = _fans(shape, "glorot_uniform")
         bound = math.sqrt(6 / (fan_in + fan_out))
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
+
+    @classmethod
+    def scaled_uniform(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Uniform in [-1, 1) scaled by prod(shape) ** -0.5, as tinygrad's scaled_uniform."""
+        from ember.mixin.creation import shape_of
+        n = math.prod(shape_of(shape, "scaled_uniform"))
+        return cls.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * (n ** -0.5 if n else 1.0)
 
 
 def _fans(shape: tuple[Any, ...], op: str) -> tuple[int, int]:

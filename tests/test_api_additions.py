@@ -1,0 +1,95 @@
+"""Tests of the tinygrad Tensor names ember added from docs/tinygrad_api_gap.md, against torch (or numpy).
+
+Random constructors are checked for range, shape, dtype and determinism under Tensor.manual_seed; every other name
+runs in ember and in torch on the same inputs through tests.helpers.check, and its gradient (where it has one) is
+compared with torch's in float64. Argument errors are matched by message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember import Tensor, dtypes
+from ember.errors import DTypeError, ShapeError
+from tests.helpers import REDUCE_TOL, check, sample
+
+NAN, INF = float("nan"), float("inf")
+
+
+def match_gradient(ours: Callable[..., Tensor], theirs: Callable[..., torch.Tensor], *arrays: np.ndarray) -> None:
+    """In float64, the gradient of a random linear function of the output, for every input, equals torch's."""
+    inputs = [np.asarray(a, dtype=np.float64) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in inputs]
+    want = theirs(*ts)
+    cotangent = np.random.default_rng(7).normal(size=tuple(want.shape))
+    (want * torch.from_numpy(cotangent)).sum().backward()
+    es = [Tensor(a) for a in inputs]
+    grads = (ours(*es) * Tensor(cotangent)).sum().gradient(*es)
+    for i, (g, t) in enumerate(zip(grads, ts)):
+        want_grad = np.zeros(t.shape) if t.grad is None else t.grad.numpy()  # None: the output does not use it
+        np.testing.assert_allclose(g.numpy(), want_grad, rtol=1e-10, atol=1e-12, err_msg=f"gradient of input {i}")
+
+
+# ---- random constructors -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [None, "float64", "float16"])
+def test_rand_like_and_randn_like_take_the_shape_and_dtype_of_self(dtype):
+    base = Tensor.zeros(3, 50, dtype="float32")
+    u, n = base.rand_like(dtype=dtype), base.randn_like(dtype=dtype)
+    want = dtypes.float32 if dtype is None else getattr(dtypes, dtype)
+    assert u.shape == n.shape == (3, 50) and u.dtype is want and n.dtype is want
+    values = u.numpy().astype(np.float64)
+    assert values.min() >= 0 and values.max() < 1
+    assert abs(n.numpy().astype(np.float64).mean()) < 0.3 and 0.7 < n.numpy().astype(np.float64).std() < 1.3
+
+
+@pytest.mark.parametrize("make", [lambda: Tensor.ones(4, 5).rand_like(), lambda: Tensor.ones(4, 5).randn_like(),
+                                  lambda: Tensor.randperm(20), lambda: Tensor.scaled_uniform(4, 5)],
+                         ids=["rand_like", "randn_like", "randperm", "scaled_uniform"])
+def test_random_additions_repeat_under_manual_seed(make):
+    Tensor.manual_seed(11)
+    first = make().numpy()
+    Tensor.manual_seed(11)
+    np.testing.assert_array_equal(make().numpy(), first)
+    Tensor.manual_seed(12)
+    assert not np.array_equal(make().numpy(), first)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300])
+def test_randperm_is_a_permutation_of_0_to_n(n):
+    Tensor.manual_seed(5)
+    p = Tensor.randperm(n)
+    assert p.dtype is dtypes.int32 and p.shape == (n,)
+    np.testing.assert_array_equal(np.sort(p.numpy()), np.arange(n))
+
+
+def test_randperm_takes_a_dtype_and_mixes():
+    Tensor.manual_seed(6)
+    p = Tensor.randperm(50, dtype="int64")
+    assert p.dtype is dtypes.int64 and not np.array_equal(p.numpy(), np.arange(50))
+
+
+def test_scaled_uniform_is_bounded_by_the_inverse_sqrt_of_numel():
+    Tensor.manual_seed(8)
+    x = Tensor.scaled_uniform(16, 25).numpy()
+    assert x.shape == (16, 25) and x.dtype == np.float32
+    assert np.abs(x).max() <= 20 ** -1 and np.abs(x).max() > 0.8 * 20 ** -1 and x.min() < 0 < x.max()
+    assert Tensor.scaled_uniform(0, 3).shape == (0, 3)
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: Tensor.randperm(-1), ValueError, "randperm: n must be a non-negative int"),
+    (lambda: Tensor([1, 2]).rand_like(), DTypeError, "rand_like: needs a float dtype, got int32"),
+    (lambda: Tensor([1, 2]).randn_like(), DTypeError, "randn_like: needs a float dtype, got int32"),
+    (lambda: Tensor.scaled_uniform(2, -1), ShapeError, "scaled_uniform: shape sizes must be non-negative"),
+])
+def test_random_additions_reject_bad_arguments(make, error, match):
+    with pytest.raises(error, match=match): make()
+
+
