@@ -93,3 +93,76 @@ def test_random_additions_reject_bad_arguments(make, error, match):
     with pytest.raises(error, match=match): make()
 
 
+# ---- movement ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, dim, sizes", [
+    ((3, 4, 1), 1, (2, 2)), ((3, 4, 1), 1, (-1, 2)), ((5, 12, 3), -2, (2, 2, 3, 1, 1)), ((6,), 0, (6,)),
+    ((2, 0), 1, (2, -1)), ((4, 6), -1, (3, 1, 2)),
+])
+def test_unflatten_matches_torch(shape, dim, sizes):
+    check(lambda x: x.unflatten(dim, sizes), None, [sample(shape, "float32")])
+
+
+@pytest.mark.parametrize("shape, dim, sizes, match", [
+    ((3, 4), 1, (3, 2), r"unflatten: sizes \(3, 2\) do not multiply to 4, the size of axis 1 of \(3, 4\)"),
+    ((3, 4), 1, (-1, 3), r"sizes \(-1, 3\) do not multiply to 4"),
+    ((3, 4), 1, (-1, -1), "at most one -1"),
+    ((3, 4), 1, (), "non-empty"),
+    ((3, 4), 2, (2, 2), "unflatten: axis 2 is out of range"),
+    ((), 0, (1,), "unflatten: a 0-d tensor has no axis"),
+])
+def test_unflatten_rejects_sizes_that_do_not_fit(shape, dim, sizes, match):
+    with pytest.raises(ShapeError, match=match): Tensor.zeros(*shape).unflatten(dim, sizes)
+
+
+def torch_unfold(dim: int, size: int, step: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """torch's unfold, with the window axis moved from the end to just after `dim`: tinygrad's layout."""
+    return lambda x: x.unfold(dim, size, step).movedim(-1, dim % x.ndim + 1)
+
+
+UNFOLD_CASES = [((8,), 0, 2, 2), ((8,), 0, 3, 1), ((3, 3, 3), -1, 2, 3), ((2, 12), 1, 3, 2), ((2, 12), 1, 12, 1),
+                ((5, 4), 0, 2, 3), ((2, 3, 4), 1, 1, 1), ((2, 7), 1, 0, 2)]
+
+
+@pytest.mark.parametrize("shape, dim, size, step", UNFOLD_CASES)
+def test_unfold_matches_torch_in_tinygrad_layout(shape, dim, size, step):
+    out = check(lambda x: x.unfold(dim, size, step), torch_unfold(dim, size, step), [sample(shape, "int32")])
+    d = dim % len(shape)
+    assert out.shape == shape[:d] + ((shape[d] - size) // step + 1, size) + shape[d + 1:]
+
+
+def test_unfold_gradient_matches_torch():
+    match_gradient(lambda x: x.unfold(1, 3, 2), torch_unfold(1, 3, 2), sample((2, 9, 3), "float64"))
+
+
+@pytest.mark.parametrize("shape, dim, size, step, match", [
+    ((8,), 0, 9, 1, r"unfold: size 9 is larger than axis 0 of \(8,\) \(8\)"),
+    ((8,), 0, 2, 0, "unfold: size must be >= 0 and step > 0, got size=2, step=0"),
+    ((8,), 0, -1, 1, "size=-1"),
+    ((8,), 1, 2, 1, "unfold: axis 1 is out of range"),
+    ((), 0, 1, 1, "unfold: a 0-d tensor has no axis"),
+])
+def test_unfold_rejects_bad_windows(shape, dim, size, step, match):
+    with pytest.raises(ShapeError, match=match): Tensor.zeros(*shape).unfold(dim, size, step)
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+@pytest.mark.parametrize("shapes", [[(3,), (2,)], [(3,), (2,), (4,)], [(3,)], [(), (2,)], [(0,), (2,)]])
+def test_meshgrid_matches_torch(shapes, indexing):
+    arrays = [sample(s, "int32", seed=i) for i, s in enumerate(shapes)]
+    got = Tensor(arrays[0]).meshgrid(*(Tensor(a) for a in arrays[1:]), indexing=indexing)
+    want = torch.meshgrid(*(torch.from_numpy(a) for a in arrays), indexing=indexing)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == tuple(w.shape) and g.dtype.name == "int32"
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_meshgrid_rejects_bad_indexing_and_2d_tensors():
+    with pytest.raises(ValueError, match="meshgrid: indexing must be 'ij' or 'xy', got 'ji'"):
+        Tensor([1]).meshgrid(Tensor([2]), indexing="ji")
+    with pytest.raises(ShapeError, match=r"meshgrid: tensors must be 0-d or 1-d, got \(2, 2\) at position 1"):
+        Tensor([1]).meshgrid(Tensor.zeros(2, 2))
+
+

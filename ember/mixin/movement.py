@@ -159,6 +159,19 @@ class MovementMixin:
         if a > b: raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for {self.shape}")
         return self.reshape(self.shape[:a] + (prod(self.shape[a:b + 1]),) + self.shape[b + 1:])
 
+    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Axis `dim` split into axes of `sizes` (one may be -1), the reverse of flatten."""
+        if self.ndim == 0: raise ShapeError("unflatten: a 0-d tensor has no axis to split")
+        d, new = self._axis(dim, "unflatten"), tuple(sizes)
+        n = self.shape[d]
+        if not new or any(not isinstance(s, int) or s < -1 for s in new) or new.count(-1) > 1:
+            raise ShapeError(f"unflatten: sizes must be a non-empty tuple of non-negative ints with at most one -1, "
+                             f"got {new}")
+        known = prod(s for s in new if s != -1)
+        if (-1 not in new and known != n) or (-1 in new and (known == 0 or n % known)):
+            raise ShapeError(f"unflatten: sizes {new} do not multiply to {n}, the size of axis {d} of {self.shape}")
+        return self.reshape(self.shape[:d] + tuple(n // known if s == -1 else s for s in new) + self.shape[d + 1:])
+
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
         d = self._axis(dim, "unsqueeze")
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
@@ -182,6 +195,36 @@ class MovementMixin:
             x = x.shrink([None] * (axis + 1) + [(0, 1)] + [None] * (x.ndim - axis - 2))
             x = x.reshape(x.shape[:axis + 1] + x.shape[axis + 2:])
         return x
+
+    def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+        """Windows of `size` elements every `step` along `dim`, which becomes the two axes (n_windows, size) in its
+        place (tinygrad's layout; torch's unfold puts `size` last instead)."""
+        if self.ndim == 0: raise ShapeError("unfold: a 0-d tensor has no axis to cut into windows")
+        d = self._axis(dim, "unfold")
+        n = self.shape[d]
+        if not isinstance(size, int) or not isinstance(step, int) or size < 0 or step <= 0:
+            raise ShapeError(f"unfold: size must be >= 0 and step > 0, got size={size!r}, step={step!r}")
+        if size > n: raise ShapeError(f"unfold: size {size} is larger than axis {d} of {self.shape} ({n})")
+        windows = (n - size) // step + 1
+        if size == 0: return _part(self, d, 0, 0).reshape(self.shape[:d] + (windows, 0) + self.shape[d + 1:])
+        from ember.mixin.nn import _pool
+        last = [a for a in range(self.ndim) if a != d] + [d]
+        pooled = _pool(self.permute(last), (size,), (step,), (1,))  # (..., windows, size)
+        return pooled.permute(list(range(d)) + [self.ndim - 1, self.ndim] + list(range(d, self.ndim - 1)))
+
+    def meshgrid(self: Tensor, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of self and `others` (0-d or 1-d), as torch.meshgrid; "xy" swaps the first two axes."""
+        if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        tensors = (self, *others)
+        for i, t in enumerate(tensors):
+            if t.ndim > 1: raise ShapeError(f"meshgrid: tensors must be 0-d or 1-d, got {t.shape} at position {i}")
+        sizes = [t.numel() for t in tensors]
+        if indexing == "xy" and len(tensors) > 1: sizes[0], sizes[1] = sizes[1], sizes[0]
+        grids = []
+        for i, t in enumerate(tensors):
+            axis = (1 - i if i < 2 else i) if indexing == "xy" and len(tensors) > 1 else i
+            grids.append(t.reshape(tuple(-1 if a == axis else 1 for a in range(len(tensors)))).expand(sizes))
+        return tuple(grids)
 
     # ---- joining and splitting -----------------------------------------------------------------------------------
 
