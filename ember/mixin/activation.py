@@ -71,3 +71,7 @@ class ActivationMixin:
         """x limited to [min_val, max_val]; unlike clamp the derivative is 0 at the bounds, as torch's."""
         return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
     def logsigmoid(self: Tensor) -> Tensor: return -(-self).softplus()
+
+    def softsign(self: Tensor) -> Tensor:
+        """x / (1 + |x|)."""
+        return self.float_like() / (1 + self.float_like().abs())

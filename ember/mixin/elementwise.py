@@ -152,8 +152,9 @@ class ElementwiseMixin:
     def __ne__(self: Tensor, x: Any) -> Tensor: return self.ne(x)  # type: ignore[override]
     lt, gt, le, ge = __lt__, __gt__, __le__, __ge__
 
-    def _logical(self: Tensor, op: Ops, x: Any, name: str) -> Tensor:
+    def _logical(self: Tensor, op: Ops, x: Any, name: str, reverse: bool = False) -> Tensor:
         a, b = self._operands(name, x)
+        if reverse: a, b = b, a
         if a.dtype.is_float: raise DTypeError(f"{name}: bitwise ops need bool or integer tensors, got {a.dtype.name}")
         return self._wrap(UOp(op, a.dtype, (a.uop, b.uop)))
 
@@ -167,6 +168,32 @@ class ElementwiseMixin:
     def __invert__(self: Tensor) -> Tensor:
         if self.dtype.is_float: raise DTypeError(f"invert: needs a bool or integer tensor, got {self.dtype.name}")
         return self.logical_not() if self.dtype is dtypes.bool else self ^ -1
+
+    # tinygrad's named forms of the operators; reverse=True swaps the operands (x op self)
+    def bitwise_and(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+        """self & x, for bool or integer tensors."""
+        return self._logical(Ops.AND, x, "bitwise_and", reverse)
+
+    def bitwise_or(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+        """self | x, for bool or integer tensors."""
+        return self._logical(Ops.OR, x, "bitwise_or", reverse)
+
+    def bitwise_xor(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+        """self ^ x, for bool or integer tensors."""
+        return self._logical(Ops.XOR, x, "bitwise_xor", reverse)
+
+    def bitwise_not(self: Tensor) -> Tensor:
+        """~self: logical not for bool, all bits flipped for integers."""
+        if self.dtype.is_float: raise DTypeError(f"bitwise_not: needs a bool or integer tensor, got {self.dtype.name}")
+        return ~self
+
+    def lshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+        """self << x for integer tensors (a shift by the bit width or more, or by a negative count, is undefined)."""
+        return self._logical(Ops.SHL, x, "lshift", reverse)
+
+    def rshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+        """self >> x for integer tensors, arithmetic (sign-filling) for signed ones, as torch."""
+        return self._logical(Ops.SHR, x, "rshift", reverse)
 
     # ---- math ----------------------------------------------------------------------------------------------------
 
@@ -254,6 +281,10 @@ class ElementwiseMixin:
         r = self._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))  # C: the sign of the dividend (fmod for floats)
         return (r.ne(0) & ((r < 0) ^ (b < 0))).where(r + b, r)
 
+    def mod(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+        """self % x (x % self with reverse), floored as torch.remainder: the result takes the divisor's sign."""
+        return self._operands("mod", x)[1].remainder(self) if reverse else self.remainder(x)
+
     def __mod__(self: Tensor, x: Any) -> Tensor: return self.remainder(x)
     def __rmod__(self: Tensor, x: Any) -> Tensor: return self._operands("remainder", x)[1].remainder(self)
 
@@ -268,6 +299,23 @@ class ElementwiseMixin:
     def minimum(self: Tensor, x: Any) -> Tensor:
         a, b = self._operands("minimum", x)
         return (a.isnan() | (a < b)).where(a, b) if a.dtype.is_float else (a < b).where(a, b)
+
+    def copysign(self: Tensor, other: Any) -> Tensor:
+        """|self| with the sign bit of other (-0.0 and -NaN count as negative), in a float dtype as torch."""
+        a, b = (t.float_like() for t in self._operands("copysign", other))
+        bits = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[b.dtype.itemsize]
+        return (b.bitcast(bits) < 0).where(-a.abs(), a.abs())
+
+    def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        """|self - other| <= atol + rtol * |other| elementwise, as torch.isclose (infinities close only to equals;
+        NaN only to NaN with equal_nan). Operands are promoted to one dtype, where torch requires equal dtypes."""
+        if rtol < 0 or atol < 0: raise ValueError(f"isclose: rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+        a, b = self._operands("isclose", other)
+        close = a.eq(b)
+        if a.dtype is dtypes.bool: a, b = a.float_like(), b.float_like()
+        error = (a - b).abs().float_like()
+        close = close | (error.isfinite() & (error <= (b.float_like() * rtol).abs() + atol))
+        return close | (a.isnan() & b.isnan()) if equal_nan and a.dtype.is_float else close
 
     def isnan(self: Tensor) -> Tensor: return self.ne(self)
     def isinf(self: Tensor) -> Tensor: return self.abs().eq(float("inf")) if self.dtype.is_float else self.ne(self)
