@@ -86,6 +86,16 @@ class ReduceMixin:
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
 
+    def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False,
+                 correction: float = 1) -> tuple[Tensor, Tensor]:
+        """(var, mean) over `axis`, as torch.var_mean."""
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False,
+                 correction: float = 1) -> tuple[Tensor, Tensor]:
+        """(std, mean) over `axis`, as torch.std_mean."""
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
     def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) without overflow: the max is taken out first (and kept finite for all -inf rows)."""
         x = self.float_like()

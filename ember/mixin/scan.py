@@ -84,6 +84,25 @@ def _scan_last(x: Tensor, op: str) -> Tensor:
     return _reduce(spread, op, -1)
 
 
+def _logcumsumexp_last(x: Tensor) -> Tensor:
+    """The running log-sum-exp of float x along its last axis. Each prefix is a logsumexp of its own, so its own
+    maximum is taken out and no prefix underflows (a running sum of exp(x - max of the row) would give -inf for
+    early entries far below the row's maximum). Long axes are split into blocks as in _scan_last."""
+    from ember.tensor import Tensor
+    n = x.shape[-1]
+    if n > _BLOCK_ABOVE:
+        block = math.isqrt(n - 1) + 1
+        blocks = -(-n // block)
+        padded = x.pad([(0, 0)] * (x.ndim - 1) + [(0, blocks * block - n)], value=-math.inf)
+        inner = _logcumsumexp_last(padded.reshape(x.shape[:-1] + (blocks, block)))
+        before = _logcumsumexp_last(inner[..., -1]).pad([(0, 0)] * (x.ndim - 1) + [(1, 0)], value=-math.inf)
+        carried = inner.stack(before[..., :-1].unsqueeze(-1)._broadcast_to(inner.shape), dim=-1).logsumexp(-1)
+        return carried.reshape(x.shape[:-1] + (blocks * block,))[..., :n]
+    pos = Tensor.arange(n, device=x.device)
+    upto = pos.unsqueeze(0) <= pos.unsqueeze(1)  # (out, in): input j counts for output i when j <= i
+    return upto.where(x.unsqueeze(-2), -math.inf).logsumexp(-1)
+
+
 class ScanMixin:
     """Cumulative reductions and sorting."""
 
@@ -114,6 +133,13 @@ class ScanMixin:
     def cummin(self: Tensor, axis: int = 0) -> Tensor:
         """Running minima along `axis`."""
         return self._scan("min", axis, "cummin")
+
+    def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+        """Running log(sum(exp(x))) along `axis`, computed stably (integers give the default float)."""
+        x = self.float_like()
+        if x.ndim == 0: return _logcumsumexp_last(x.reshape(1)).reshape(())
+        a = x._axis(axis, "logcumsumexp")
+        return _logcumsumexp_last(x.transpose(a, -1)).transpose(a, -1)
 
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """(values, int64 indices) along `dim`, stable (equal values keep their order); NaN sorts as the largest."""
