@@ -8,13 +8,14 @@ pool a max or a mean over the kernel axes.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ember.dtype import dtypes, least_upper_dtype
+from ember.dtype import DType, dtypes, least_upper_dtype
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import prod
 
@@ -304,6 +305,21 @@ class NNMixin:
         keep = Tensor.rand(self.shape, device=self.device) >= p
         return keep.where(self * (1 / (1 - p)), 0).cast(self.dtype)
 
+    # ---- layers --------------------------------------------------------------------------------------------------
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
+        """self @ weight + bias with weight laid out (in, out), as tinygrad's linear (torch's F.linear takes
+        (out, in) and transposes it); a 1-d weight multiplies elementwise. `dtype` casts all three first."""
+        if dtype is not None:
+            weight, bias, x = weight.cast(dtype), None if bias is None else bias.cast(dtype), self.cast(dtype)
+            return x.linear(weight, bias)
+        out = self * weight if weight.ndim == 1 else self @ weight
+        return out if bias is None else out + bias
+
+    def sequential(self: Tensor, layers: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+        """self passed through each callable of `layers` in order."""
+        return functools.reduce(lambda x, f: f(x), layers, self)
+
     # ---- losses --------------------------------------------------------------------------------------------------
 
     def cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
@@ -362,6 +378,31 @@ class NNMixin:
         scale = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
         per = (1 - target) * self + scale * softplus_neg
         return _reduce_loss(per if weight is None else per * weight, reduction, None)
+
+    # tinygrad's names and argument order (Y is the target) for the losses above, with torch's semantics where
+    # tinygrad 0.14 differs: logs are clamped at -100 (tinygrad gives NaN for p = 0), and labels equal to the default
+    # ignore_index -1 are left out of the mean (tinygrad counts them in its denominator)
+
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """binary_cross_entropy with self as probabilities, under tinygrad's name and argument order."""
+        return self.binary_cross_entropy(Y, reduction=reduction)
+
+    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
+                                   pos_weight: Tensor | None = None) -> Tensor:
+        """binary_cross_entropy_with_logits under tinygrad's name and argument order."""
+        return self.binary_cross_entropy_with_logits(Y, reduction=reduction, pos_weight=pos_weight)
+
+    def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1,
+                                        label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+        """cross_entropy of logits with the classes on the LAST axis (tinygrad's layout) against int labels Y;
+        labels equal to ignore_index (-1 by default) count neither in the sum nor in the mean, as torch's."""
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"sparse_categorical_crossentropy: label_smoothing must be in [0, 1], "
+                             f"got {label_smoothing}")
+        if not Y.dtype.is_int:
+            raise DTypeError(f"sparse_categorical_crossentropy: labels must be integers, got {Y.dtype.name}")
+        x = self.permute([0, self.ndim - 1] + list(range(1, self.ndim - 1))) if self.ndim > 2 else self
+        return x.cross_entropy(Y, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
 
     def mse_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction, "mse_loss")
