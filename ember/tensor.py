@@ -196,6 +196,14 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     def element_size(self) -> int: return self.dtype.itemsize
 
+    def nbytes(self) -> int:
+        """The bytes the elements take: numel() * element_size() (a method, as tinygrad's)."""
+        return self.numel() * self.element_size()
+
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a float type (float16, bfloat16, float32, float64)."""
+        return self.dtype.is_float
+
     def __len__(self) -> int:
         if not self.shape: raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
@@ -231,6 +239,12 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     def contiguous(self) -> Tensor:
         """A tensor stored in its own buffer in row-major order when realized."""
         return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy with a buffer of its own when realized, on `device` if given. On the same device gradients flow
+        through it, as torch's clone; unlike tinygrad's, it does not copy `.grad`."""
+        if device is not None and Device.canonicalize(device) != self.device: return self.to(device)
+        return self.contiguous()
 
     def _buffer(self) -> Buffer:
         """The buffer holding self in row-major order (realizing a contiguous copy if needed)."""
