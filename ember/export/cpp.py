@@ -21,7 +21,7 @@ from ember.codegen import get_program, kernel_name
 from ember.device import Buffer
 from ember.dtype import DType, dtypes
 from ember.export.function import NumericalFunction
-from ember.renderer.cstyle import CRenderer, c_type, pm_render_c
+from ember.renderer.cstyle import _LIBM, FLOATS, CRenderer, _libm, _src, c_type, pm_render_c
 from ember.uop.ops import Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -62,12 +62,23 @@ def render_bitcast_cpp(ctx: dict[UOp, str], x: UOp) -> str:
     return f"bit_cast<{c_type(x.dtype)}>({a})"
 
 
+_LIBM_CALLS = {**_LIBM, Ops.POW: "pow", Ops.ATAN2: "atan2"}
+
+# libm calls name the global function (<math.h>): a function or module named `sin` is a C++ namespace, and inside
+# it an unqualified sin(x) would find that namespace instead
+pm_libm_global = PatternMatcher([
+    (UPat(Ops.MOD, dtype=FLOATS, name="x"), lambda ctx, x: _libm("::fmod", x.dtype, *_src(ctx, x))),
+    (UPat(tuple(_LIBM_CALLS), name="x"), lambda ctx, x: _libm(f"::{_LIBM_CALLS[x.op]}", x.dtype, *_src(ctx, x))),
+    (UPat(Ops.MULACC, name="x", dtype=FLOATS), lambda ctx, x: _libm("::fma", x.dtype, *_src(ctx, x))),
+])
+
+
 class CppRenderer(CRenderer):
-    """ember's C kernels as C++17: the same code, with memcpy bit casts and no prelude of its own."""
+    """ember's C kernels as C++17: the same code, with memcpy bit casts, libm calls qualified, no prelude."""
 
     prelude = ""
     restrict = "__restrict"
-    matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp)]) + pm_render_c
+    matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp)]) + pm_libm_global + pm_render_c
 
 
 @dataclass

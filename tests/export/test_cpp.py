@@ -69,7 +69,8 @@ def test_generated_files_are_deterministic_and_self_contained(tmp_path):
     assert first == second
     header, source = first
     includes = {line.split()[1] for text in first for line in text.splitlines() if line.startswith("#include")}
-    assert includes <= {"<cstddef>", "<cstdint>", "<memory>", "<cmath>", "<cstring>", "<limits>", '"mod.hpp"'}
+    assert includes <= {"<cstddef>", "<cstdint>", "<memory>", "<cmath>", "<math.h>", "<cstring>", "<limits>",
+                        '"mod.hpp"'}
     assert "model_k0_" in source and "static constexpr double model_const0[6]" in source
     assert "using x_t = Buffer<double, 3>;" in header and "using u_t = Buffer<double, 2>;" in header
 
