@@ -188,7 +188,7 @@ class CRenderer(Renderer):
                 continue
             else:
                 code = self.matcher.rewrite(u, ctx=names)
-                if code is None: raise NotImplementedError(f"C renderer: cannot render {u.op} ({u.dtype})")
+                if code is None: raise NotImplementedError(f"C renderer: cannot render {u.op.name} ({u.dtype})")
                 if u.op in _INLINE:
                     names[u] = code
                 else:

@@ -112,8 +112,11 @@ def find_realized(outputs: list[UOp]) -> set[UOp]:
     return realized
 
 
-def kernel_ast(value: UOp, shape: tuple[int, ...], out: UOp, views: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
-    """The AST storing `value` into `out`, with realized inputs read through their buffers, and the BUFFER list."""
+def kernel_ast(value: UOp, shape: tuple[int, ...], out: UOp, views: dict[UOp, UOp],
+               node: UOp | None = None) -> tuple[UOp, list[UOp]]:
+    """The AST storing `value` (the value of `node`, itself by default) into `out`, with realized inputs read through
+    their buffers, and the BUFFER list. A CONTIGUOUS of a realized value is a copy of its buffer."""
+    node = value if node is None else node
     bufs = [out]
     new: dict[UOp, UOp] = {}
 
@@ -121,8 +124,8 @@ def kernel_ast(value: UOp, shape: tuple[int, ...], out: UOp, views: dict[UOp, UO
         if buf not in bufs: bufs.append(buf)
         return UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(buf.arg.size), arg=bufs.index(buf))
 
-    for u in value.toposort(descend=lambda n: n is value or n not in views):
-        if u is not value and u in views:
+    for u in value.toposort(descend=lambda n: n is node or n not in views):
+        if u is not node and u in views:
             view = views[u]
             new[u] = UOp(Ops.RESHAPE, u.dtype, (global_for(view.src[0]),), view.arg)
         elif u.op is Ops.BUFFER: new[u] = global_for(u)
@@ -161,7 +164,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], di
         views[u] = UOp(Ops.RESHAPE, u.dtype, (buf,), u.shape)
         value = u.src[0] if u.op is Ops.CONTIGUOUS else u
         if prod(u.shape) == 0: continue  # nothing to compute
-        ast, bufs = kernel_ast(value, u.shape, buf, views)
+        ast, bufs = kernel_ast(value, u.shape, buf, views, u)
         items.append(ExecItem(ast, [buffer_of(b) for b in bufs]))
     return items, views | {req: views.get(out, out) for req, out in zip(requested, outputs, strict=True)}
 

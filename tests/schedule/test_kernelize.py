@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import torch
 
 from ember import Tensor
 from ember.codegen.linearize import linearize
@@ -335,3 +336,13 @@ def test_elementwise_chain_after_a_broadcast_reduction_runs_once_in_the_reduce_k
     assert Ops.WHERE in ops(first) and Ops.WHERE not in ops(second)  # relu is stored, not recomputed per product
     expected = np.maximum(a.numpy() @ b.numpy(), 0) @ c.numpy()
     np.testing.assert_allclose(((a @ b).relu() @ c).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_contiguous_of_a_contiguous_is_a_copy_of_its_buffer():
+    """The outer CONTIGUOUS reads the inner one's buffer (it used to leave a CONTIGUOUS in the kernel AST)."""
+    x = np.arange(6.0).reshape(2, 3)
+    for make in (lambda t: t.contiguous().contiguous(), lambda t: (t + 1).contiguous().contiguous().contiguous(),
+                 lambda t: t.T.contiguous().contiguous().sum(0).contiguous()):
+        got = make(Tensor(x)).numpy()
+        want = make(torch.tensor(x)).numpy()
+        np.testing.assert_array_equal(got, want)
