@@ -63,3 +63,14 @@ def sample(shape: tuple[int, ...], dtype: str, low: float = -4, high: float = 4,
     if dtype == "bool": return rng.random(shape) < 0.5
     if np.dtype(dtype).kind in "iu": return rng.integers(int(low), int(high), shape).astype(dtype)
     return rng.uniform(low, high, shape).astype(dtype)
+
+
+def T(a: np.ndarray) -> torch.Tensor: return torch.from_numpy(a)
+
+
+def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| over the largest |want|: a relative error that tolerates exact zeros among the entries."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
+    if want.size == 0: return 0.0
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-300))

@@ -22,6 +22,7 @@ import torch
 from ember import Tensor, ad
 from ember.errors import ShapeError
 from ember.export import Arg, NumericalFunction, generate_module, render_module
+from tests.helpers import T, scaled_error
 
 RNG = np.random.default_rng(11)
 A = RNG.standard_normal((3, 3))
@@ -38,17 +39,6 @@ A_EMBER = Tensor(A)  # a realized Tensor captured by the closure, next to ones m
 
 TORCH_TOL = 1e-12
 FD_TOL = 1e-6
-
-
-def T(a: np.ndarray) -> torch.Tensor: return torch.from_numpy(a)
-
-
-def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
-    """max |got - want| over the largest |want|: a relative error that tolerates exact zeros among the entries."""
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
-    if want.size == 0: return 0.0
-    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-300))
 
 
 # ---- the cases ---------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ember import Tensor, ad
 from ember.ad import SparseFunction
 from ember.errors import ShapeError
 from ember.export import Arg, NumericalFunction, generate_module
+from tests.helpers import scaled_error
 
 RNG = np.random.default_rng(17)
 BAND = RNG.uniform(0.5, 1.5, 5)  # weights of the offsets -2..2
@@ -32,14 +33,6 @@ PAIRS = RNG.choice(9, size=(2, 12))  # random couplings x_I[k] x_J[k] (some with
 
 DENSE_TOL = 1e-12
 FD_TOL = 1e-6
-
-
-def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
-    """max |got - want| over the largest |want|: a relative error that tolerates exact zeros among the entries."""
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
-    if want.size == 0: return 0.0
-    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-300))
 
 
 # ---- the functions -------------------------------------------------------------------------------------------------

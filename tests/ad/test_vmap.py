@@ -22,6 +22,7 @@ import torch
 from ember import Tensor, ad
 from ember.errors import EmberError, ShapeError
 from ember.export import Arg, NumericalFunction, render_module
+from tests.helpers import T, scaled_error
 
 RNG = np.random.default_rng(7)
 W = RNG.standard_normal((3, 4)) * 0.5
@@ -34,17 +35,6 @@ A_EMBER = Tensor(A)  # a realized Tensor captured by the closure
 
 TOL = 1e-12
 N = 4  # the batch size of the comparisons
-
-
-def T(a: np.ndarray) -> torch.Tensor: return torch.from_numpy(a)
-
-
-def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
-    """max |got - want| over the largest |want|: a relative error that tolerates exact zeros among the entries."""
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
-    if want.size == 0: return 0.0
-    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-300))
 
 
 # ---- the cases ---------------------------------------------------------------------------------------------------
