@@ -2,7 +2,8 @@
 
 Before: `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value))`, `value` a tensor-level graph (ALU, RESHAPE, PERMUTE,
         EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS, GATHER) over DEFINE_GLOBALs and CONSTs.
-After:  `SINK(STORE(INDEX(DEFINE_GLOBAL(0), i), v))`: every output axis is a RANGE, every read a
+After:  `SINK(STORE(INDEX(DEFINE_GLOBAL(0), i), v), ...)`: every output axis is a RANGE, or, for a small axis a PAD
+        or ARANGE chooses by (`branching_axes`), unrolled into one STORE per position; every read a
         `LOAD(INDEX(DEFINE_GLOBAL(n), i[, gate]))`, every REDUCE_AXIS a `REDUCE(v, *RANGE)` (or its identity over
         an empty axis); no movement op remains. Every DEFINE_GLOBAL of the input is still in the graph.
 
@@ -37,7 +38,6 @@ class RangeifyContext:
     index_dtype: DType
     unroll: frozenset[int] = frozenset()  # output axes stored position by position instead of looped over
     axes: itertools.count = field(default_factory=itertools.count)
-    output_ranges: tuple[UOp | None, ...] = ()  # the output's RANGE per axis (None: unrolled or of size 1)
 
     def new_range(self, size: int, kind: AxisKind) -> UOp:
         """A RANGE over [0, size), or the constant 0 for an axis of size 1."""
@@ -62,22 +62,30 @@ def flat_index(idx: tuple[UOp, ...], shape: tuple[int, ...], dtype: DType) -> UO
 def reshape_index(idx: tuple[UOp, ...], new: tuple[int, ...], old: tuple[int, ...], dtype: DType) -> tuple[UOp, ...]:
     """Indices into `old` for position `idx` of the same data viewed as `new`.
 
-    Both shapes are cut where their running products agree, so an axis that a reshape leaves alone keeps its index
-    as it is and only axes that are merged or split get `//` and `%`."""
+    Both shapes are cut where their running products agree (`reshape_groups`), so an axis that a reshape leaves
+    alone keeps its index as it is and only axes that are merged or split get `//` and `%`."""
     if 0 in old: return tuple(UOp.const(dtype, 0) for _ in old)  # no element: the read never happens
-    cum_new, cum_old = [1, *itertools.accumulate(new, operator.mul)], [1, *itertools.accumulate(old, operator.mul)]
     out: list[UOp] = []
-    i = j = 0
+    for group_new, group_old in reshape_groups(new, old):
+        flat = flat_index(idx[group_new.start:group_new.stop], new[group_new.start:group_new.stop], dtype)
+        sizes = old[group_old.start:group_old.stop]
+        for size, stride in zip(sizes, strides_for_shape(sizes), strict=True):
+            out.append(UOp.const(dtype, 0) if size == 1 else (flat // stride) % size)
+    return tuple(out)
+
+
+def reshape_groups(new: tuple[int, ...], old: tuple[int, ...]) -> list[tuple[range, range]]:
+    """The axes of `new` and of `old` that a reshape maps onto each other, cut where the running products agree."""
+    cum_new, cum_old = [1, *itertools.accumulate(new, operator.mul)], [1, *itertools.accumulate(old, operator.mul)]
+    groups, i, j = [], 0, 0
     while i < len(new) or j < len(old):
         i1, j1 = min(i + 1, len(new)), min(j + 1, len(old))
         while cum_new[i1] != cum_old[j1]:
             if (cum_new[i1] < cum_old[j1] or j1 == len(old)) and i1 < len(new): i1 += 1
             else: j1 += 1
-        flat = flat_index(idx[i:i1], new[i:i1], dtype)
-        for size, stride in zip(old[j:j1], strides_for_shape(old[j:j1]), strict=True):
-            out.append(UOp.const(dtype, 0) if size == 1 else (flat // stride) % size)
+        groups.append((range(i, i1), range(j, j1)))
         i, j = i1, j1
-    return tuple(out)
+    return groups
 
 
 # ---- rules that push INDEX(node, valid, *idx) down to the buffers ----------------------------------------------
@@ -159,7 +167,6 @@ def store_over_ranges(ctx: RangeifyContext, g: UOp, view: UOp, value: UOp) -> UO
     branches of a cat, stack or pad fold to the one each position reads, and the positions share the work they
     have in common (the graph is hash-consed), as a scalar code generator would write it."""
     loops = {a: ctx.new_range(s, AxisKind.GLOBAL) for a, s in enumerate(view.shape) if a not in ctx.unroll}
-    ctx.output_ranges = tuple(loops.get(a) for a in range(len(view.shape)))
     stores = []
     for pos in itertools.product(*(range(view.shape[a]) for a in sorted(ctx.unroll))):
         fixed = dict(zip(sorted(ctx.unroll), pos, strict=True))
@@ -169,14 +176,44 @@ def store_over_ranges(ctx: RangeifyContext, g: UOp, view: UOp, value: UOp) -> UO
     return stores[0] if len(stores) == 1 else UOp(Ops.SINK, dtypes.void, tuple(stores))
 
 
-def branching_axes(sink: UOp, output_ranges: tuple[UOp | None, ...]) -> frozenset[int]:
-    """The small output axes whose index a comparison reads (a cat, stack, pad or eye choosing per position):
-    worth unrolling, smallest first, within UNROLL stores in all."""
-    compared = {r for u in sink.toposort() if u.op in GroupOp.Comparison for r in u.ranges}
+Axes = tuple[frozenset[int], ...]  # per axis of a node: the output axes its index is computed from
+
+
+def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
+    """Which output axes each axis of u's sources is indexed by, given u's."""
+    none: frozenset[int] = frozenset()
+    if u.op is Ops.RESHAPE:
+        if 0 in u.src[0].shape: return []
+        out = [none] * len(u.src[0].shape)
+        for new, old in reshape_groups(u.shape, u.src[0].shape):
+            for j in old: out[j] = frozenset().union(*(axes[i] for i in new))
+        return [(u.src[0], tuple(out))]
+    if u.op is Ops.PERMUTE: return [(u.src[0], tuple(axes[u.arg.index(j)] for j in range(len(axes))))]
+    if u.op is Ops.EXPAND:
+        return [(u.src[0], tuple(none if s == 1 else a for a, s in zip(axes, u.src[0].shape, strict=True)))]
+    if u.op is Ops.REDUCE_AXIS: return [(u.src[0], tuple(none if i in u.arg[1] else a for i, a in enumerate(axes)))]
+    if u.op is Ops.GATHER:
+        a, k = u.arg, len(u.src[1].shape)
+        return [(u.src[0], (*axes[:a], none, *axes[a + k:])), (u.src[1], axes[a:a + k])]
+    return [(s, axes) for s in u.src if s.op is not Ops.DEFINE_GLOBAL]  # elementwise, PAD, SHRINK, FLIP, DETACH
+
+
+def branching_axes(value: UOp, shape: tuple[int, ...]) -> frozenset[int]:
+    """The small output axes that a PAD (cat, stack, pad) or an ARANGE (eye, one-hot) chooses by: worth unrolling,
+    smallest first, within UNROLL stores in all. Found on the tensor-level graph, before any index is built: each
+    node's axes are followed down to the sources with the output axes they are computed from."""
+    found: set[int] = set()
+    start: Axes = tuple(frozenset({a}) for a in range(len(shape)))
+    seen, stack = {(value, start)}, [(value, start)]
+    while stack:
+        u, axes = stack.pop()
+        if u.op is Ops.ARANGE: found.update(*axes)
+        if u.op is Ops.PAD: found.update(*(a for a, pad in zip(axes, u.arg, strict=True) if pad != (0, 0)))
+        for item in source_axes(u, axes):
+            if item not in seen and any(item[1]): seen.add(item); stack.append(item)
     chosen, stores = [], 1
-    candidates = [(int(r.src[0].arg), a) for a, r in enumerate(output_ranges) if r is not None and r in compared]
-    for size, a in sorted(candidates):
-        if size <= UNROLL_AXIS_LIMIT and stores * size <= UNROLL.value: chosen, stores = [*chosen, a], stores * size
+    for size, a in sorted((shape[a], a) for a in found):
+        if 1 < size <= UNROLL_AXIS_LIMIT and stores * size <= UNROLL.value: chosen, stores = [*chosen, a], stores * size
     return frozenset(chosen)
 
 
@@ -250,11 +287,10 @@ def rangeify(ast: UOp) -> UOp:
     """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
     sizes = [u.dtype.size for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
     index_dtype = dtypes.int64 if max(sizes, default=0) > 2**31 - 1 else dtypes.int32
-    ctx = RangeifyContext(index_dtype)
-    sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=ctx, bottom_up=True, name="rangeify")
-    if unroll := branching_axes(sink, ctx.output_ranges):
-        sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype, unroll), bottom_up=True,
-                             name="rangeify (unrolled)")
+    store = ast.src[0]
+    unroll = branching_axes(store.src[1], store.src[0].shape) if store.op is Ops.STORE else frozenset()
+    sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype, unroll), bottom_up=True,
+                         name="rangeify")
     sink = graph_rewrite(sink, pm_simplify_gated_index)
     sink = sink.replace(src=tuple(x for s in sink.src for x in (s.src if s.op is Ops.SINK else (s,))))  # unrolled
     # a buffer whose reads all simplified away is still a parameter of the kernel: its slot must not shift
