@@ -74,3 +74,23 @@ def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
     assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
     if want.size == 0: return 0.0
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-300))
+
+
+def cpp_driver(module: str, fns: Sequence[Any], inputs: Sequence[Sequence[np.ndarray]]) -> str:
+    """A C++ main() for a generate_module output: calls each NumericalFunction through call_raw on `inputs` and
+    prints every output element with %a (exact), one per line."""
+    lines = ["#include <cstdio>", f'#include "{module}.hpp"', "", "int main() {"]
+    for f, args in zip(fns, inputs, strict=True):
+        ns = f"{module}::{f.name}"
+        lines += ["  {", f"    auto ws = {ns}::make_ws();"]
+        for i, a in enumerate(args):
+            values = ", ".join(float(v).hex() for v in a.reshape(-1))
+            lines.append(f"    static const double in{i}[] = {{{values}}};")
+        outs = [f"out{i}" for i in range(len(f.output_shapes))]
+        shapes = list(zip(outs, f.output_shapes, strict=True))
+        lines += [f"    static double {o}[{max(int(np.prod(s)), 1)}];" for o, s in shapes]
+        lines.append(f"    {ns}::call_raw({', '.join([f'in{i}' for i in range(len(args))] + outs)}, ws->bytes);")
+        for o, s in shapes:
+            lines.append(f'    for (int i = 0; i < {int(np.prod(s))}; i++) std::printf("%a\\n", {o}[i]);')
+        lines.append("  }")
+    return "\n".join([*lines, "  return 0;", "}", ""])

@@ -22,7 +22,7 @@ import torch
 from ember import Tensor, ad
 from ember.errors import ShapeError
 from ember.export import Arg, NumericalFunction, generate_module, render_module
-from tests.helpers import T, scaled_error
+from tests.helpers import T, cpp_driver, scaled_error
 
 RNG = np.random.default_rng(11)
 A = RNG.standard_normal((3, 3))
@@ -320,24 +320,6 @@ CXX = shutil.which("g++")
 FLAGS = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"]
 
 
-def driver(module: str, fns: list[NumericalFunction], inputs: list[list[np.ndarray]]) -> str:
-    """A main() that calls each function through call_raw and prints every output element with %a."""
-    lines = ["#include <cstdio>", f'#include "{module}.hpp"', "", "int main() {"]
-    for f, args in zip(fns, inputs):
-        ns = f"{module}::{f.name}"
-        lines += ["  {", f"    auto ws = {ns}::make_ws();"]
-        for i, a in enumerate(args):
-            values = ", ".join(float(v).hex() for v in a.reshape(-1))
-            lines.append(f"    static const double in{i}[] = {{{values}}};")
-        outs = [f"out{i}" for i in range(len(f.output_shapes))]
-        lines += [f"    static double {o}[{max(int(np.prod(s)), 1)}];" for o, s in zip(outs, f.output_shapes)]
-        lines.append(f"    {ns}::call_raw({', '.join([f'in{i}' for i in range(len(args))] + outs)}, ws->bytes);")
-        for o, s in zip(outs, f.output_shapes):
-            lines.append(f'    for (int i = 0; i < {int(np.prod(s))}; i++) std::printf("%a\\n", {o}[i]);')
-        lines.append("  }")
-    return "\n".join([*lines, "  return 0;", "}", ""])
-
-
 @pytest.mark.skipif(CXX is None, reason="needs g++ (apt-get install g++)")
 def test_exported_derivatives_compile_strictly_and_match_python_bit_for_bit(tmp_path):
     picks = [("quadratic", "hessian", 0), ("slicing", "gradient", 0), ("two_inputs", "vjp", 1),
@@ -346,7 +328,7 @@ def test_exported_derivatives_compile_strictly_and_match_python_bit_for_bit(tmp_
     inputs = [CASES[n].inputs() + extra_input(CASES[n], k, a, CASES[n].inputs()) for n, k, a in picks]
     inputs.append(CASES["cartpole_rk4"].inputs() + [np.random.default_rng(3).standard_normal(4)])
     generate_module("derivs", fns, str(tmp_path))
-    (tmp_path / "main.cpp").write_text(driver("derivs", fns, inputs))
+    (tmp_path / "main.cpp").write_text(cpp_driver("derivs", fns, inputs))
     exe = tmp_path / "main"
     build = subprocess.run([CXX, *FLAGS, "-o", str(exe), str(tmp_path / "derivs.cpp"), str(tmp_path / "main.cpp")],
                            capture_output=True, text=True)

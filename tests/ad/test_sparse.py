@@ -22,7 +22,7 @@ from ember import Tensor, ad
 from ember.ad import SparseFunction
 from ember.errors import ShapeError
 from ember.export import Arg, NumericalFunction, generate_module
-from tests.helpers import scaled_error
+from tests.helpers import cpp_driver, scaled_error
 
 RNG = np.random.default_rng(17)
 BAND = RNG.uniform(0.5, 1.5, 5)  # weights of the offsets -2..2
@@ -329,28 +329,13 @@ CXX = shutil.which("g++")
 FLAGS = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"]
 
 
-def driver(module: str, fns: list[NumericalFunction], inputs: list[list[np.ndarray]]) -> str:
-    """A main() that calls each function through call_raw and prints every output element with %a."""
-    lines = ["#include <cstdio>", f'#include "{module}.hpp"', "", "int main() {"]
-    for f, args in zip(fns, inputs):
-        ns = f"{module}::{f.name}"
-        lines += ["  {", f"    auto ws = {ns}::make_ws();"]
-        for i, a in enumerate(args):
-            lines.append(f"    static const double in{i}[] = {{{', '.join(float(v).hex() for v in a.reshape(-1))}}};")
-        count = int(np.prod(f.output_shapes[0]))
-        lines += [f"    static double out0[{max(count, 1)}];",
-                  f"    {ns}::call_raw({', '.join([f'in{i}' for i in range(len(args))] + ['out0'])}, ws->bytes);",
-                  f'    for (int i = 0; i < {count}; i++) std::printf("%a\\n", out0[i]);', "  }"]
-    return "\n".join([*lines, "  return 0;", "}", ""])
-
-
 @pytest.mark.skipif(CXX is None, reason="needs g++ (apt-get install g++)")
 def test_exported_sparse_derivatives_compile_strictly_and_match_python_bit_for_bit(tmp_path):
     names = ["bratu", "two_args_x", "rosenbrock", "coupled_energy"]
     fns: list[NumericalFunction] = [sparse(n) for n in names]
     inputs = [CASES[n].inputs() for n in names]
     generate_module("sparse_derivs", fns, str(tmp_path))
-    (tmp_path / "main.cpp").write_text(driver("sparse_derivs", fns, inputs))
+    (tmp_path / "main.cpp").write_text(cpp_driver("sparse_derivs", fns, inputs))
     exe = tmp_path / "main"
     build = subprocess.run([CXX, *FLAGS, "-o", str(exe), str(tmp_path / "sparse_derivs.cpp"),
                             str(tmp_path / "main.cpp")], capture_output=True, text=True)
