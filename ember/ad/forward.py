@@ -25,7 +25,9 @@ from ember.uop.ops import GroupOp, Ops, UOp
 LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.COPY, Ops.GATHER}
 
 
-def _tensor(u: UOp) -> Tensor: return Tensor._from_uop(u, Device.DEFAULT)
+def as_tensor(u: UOp) -> Tensor:
+    """A tensor-level node as a Tensor, so rules can use Tensor arithmetic."""
+    return Tensor._from_uop(u, Device.DEFAULT)
 
 
 def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
@@ -35,13 +37,13 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
     if u.op in LINEAR or (u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD):
         if not have[0]: return None  # a GATHER's indices have no derivative
         return lift_node(u, [(tans[u.src[0]], True), *((s, False) for s in u.src[1:])], size)
-    t = {s: _tensor(tans[s]) for s in u.src if s in tans}
+    t = {s: as_tensor(tans[s]) for s in u.src if s in tans}
     if u.op is Ops.ADD: return _sum([t.get(s) for s in u.src])
     if u.op is Ops.SUB: return _sum([t.get(u.src[0]), -t[u.src[1]] if u.src[1] in t else None])
     if u.op is Ops.NEG: return (-t[u.src[0]]).uop
     if u.op is Ops.WHERE:
         zero = next(iter(t.values())).zeros_like()
-        return _tensor(u.src[0]).where(t.get(u.src[1], zero), t.get(u.src[2], zero)).uop
+        return as_tensor(u.src[0]).where(t.get(u.src[1], zero), t.get(u.src[2], zero)).uop
     partials = pm_gradient.rewrite(u, ctx=Tensor.ones(*u.shape, dtype=u.dtype))
     if partials is None: raise NotImplementedError(f"forward mode: no derivative rule for {u.op.name}")
     if u.op is Ops.REDUCE_AXIS:  # max or prod: a sum of the tangents weighted by d out / d x

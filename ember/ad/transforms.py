@@ -14,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ember.ad.batching import broadcast_front, lift
-from ember.ad.forward import tangents
-from ember.device import Device
+from ember.ad.forward import as_tensor, tangents
 from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
 from ember.helpers import prod
 from ember.tensor import Tensor
-from ember.uop.ops import UOp
 
 
 def _argnum(f: NumericalFunction, argnum: int, op: str) -> int:
@@ -58,7 +56,7 @@ def jvp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
     def fn(*xs: Tensor) -> Tensor:
         out = _single(f, xs[:-1], "jvp")
         v = xs[-1].cast(xs[a].dtype).reshape(1, *xs[a].shape)
-        return _tensor(tangents([out.uop], {xs[a].uop: v.uop}, 1)[0]).reshape(out.shape)
+        return as_tensor(tangents([out.uop], {xs[a].uop: v.uop}, 1)[0]).reshape(out.shape)
     return NumericalFunction(f"{f.name}_jvp", fn, [*f.args, f.args[a]], _names(f, "tangent"))
 
 
@@ -95,19 +93,16 @@ def _grad(out: Tensor, x: Tensor, seed: Tensor | None = None) -> Tensor:
     return out.gradient(x, gradient=seed)[0]
 
 
-def _tensor(u: UOp) -> Tensor: return Tensor._from_uop(u, Device.DEFAULT)
-
-
 def forward_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
     """d out / dx along each row of seeds (k, *x.shape), in one pass: (k, *out.shape)."""
-    return _tensor(tangents([out.uop], {x.uop: seeds.cast(x.dtype).uop}, seeds.shape[0])[0])
+    return as_tensor(tangents([out.uop], {x.uop: seeds.cast(x.dtype).uop}, seeds.shape[0])[0])
 
 
 def reverse_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
     """u^T d out / dx for each row u of seeds (k, *out.shape), in one pass: the vjp lifted over u, (k, *x.shape)."""
     u = Tensor.empty(*out.shape, dtype=out.dtype).realize()  # stands for the cotangent; the vjp is linear in it
     pulled, batched = lift([_grad(out, x, u).uop], {u.uop: (seeds.cast(out.dtype).uop, True)}, seeds.shape[0])[0]
-    return _tensor(pulled if batched else broadcast_front(pulled, seeds.shape[0]))
+    return as_tensor(pulled if batched else broadcast_front(pulled, seeds.shape[0]))
 
 
 def _jacobian(out: Tensor, x: Tensor) -> Tensor:
@@ -143,7 +138,7 @@ def vmap(f: NumericalFunction, in_axes: int | None | Sequence[int | None] = 0, *
         outs = (traced,) if isinstance(traced, Tensor) else tuple(traced)
         subst = {h.uop: (x.uop, False) if ax is None else (x.permute(ax, *(i for i in range(x.ndim) if i != ax)).uop,
                                                          True) for h, x, ax in zip(holders, xs, axes, strict=True)}
-        lifted = [_tensor(u if batched else broadcast_front(u, axis_size))
+        lifted = [as_tensor(u if batched else broadcast_front(u, axis_size))
                   for u, batched in lift([o.uop for o in outs], subst, axis_size)]
         return lifted[0] if isinstance(traced, Tensor) else tuple(lifted)
     return NumericalFunction(f"{f.name}_vmap", fn, args, f.arg_names)

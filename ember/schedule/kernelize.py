@@ -8,7 +8,8 @@ What is realized (stored to a buffer): every output, every CONTIGUOUS, and a RED
 (an EXPAND between it and its kernel would recompute the reduction per broadcast element) or read by two kernels.
 When only an elementwise chain lies between such a reduction and the broadcast, the end of the chain is stored
 instead, so the chain runs once inside the reduce kernel.
-An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops.
+An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops;
+one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental and is broadcast is stored once.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 """
 

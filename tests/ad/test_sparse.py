@@ -343,6 +343,13 @@ def test_exported_sparse_derivatives_compile_strictly_and_match_python_bit_for_b
     printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
     expected = [float(v).hex() for f, args in zip(fns, inputs) for v in np.asarray(f(*args)).reshape(-1)]
     assert [float.fromhex(p).hex() for p in printed] == expected
+    header = (tmp_path / "sparse_derivs.hpp").read_text()
+    for f in fns:  # the pattern in the header is the one Python has
+        block = header[header.index(f"namespace {f.name} {{"):]
+        for name, values in (("indptr", f.indptr), ("indices", f.indices)):
+            line = next(ln for ln in block.splitlines() if ln.startswith("inline constexpr") and f" {name}[" in ln)
+            assert [int(v) for v in line.split("{")[1].split("}")[0].split(",")] == values.tolist()
+        assert f"constexpr std::size_t colors = {f.colors};" in block and f"nnz = {f.nnz};" in block
 
 
 # ---- errors --------------------------------------------------------------------------------------------------------

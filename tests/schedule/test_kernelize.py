@@ -346,3 +346,13 @@ def test_contiguous_of_a_contiguous_is_a_copy_of_its_buffer():
         got = make(Tensor(x)).numpy()
         want = make(torch.tensor(x)).numpy()
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_broadcast_transcendental_is_computed_once_not_per_copy():
+    """exp(x) of 1000 elements broadcast to (3, 1000): stored once (1000 exps), not recomputed in each of 3 rows."""
+    x = np.linspace(-1.0, 1.0, 1000)
+    t = Tensor(x).exp().reshape(1, 1000).expand(3, 1000) * Tensor(np.arange(3.0)).reshape(3, 1)
+    assert len(t.schedule()) == 2
+    np.testing.assert_allclose(t.numpy(), np.exp(x)[None] * np.arange(3.0)[:, None], rtol=1e-15)
+    small = Tensor(x[:8]).exp().reshape(1, 8).expand(3, 8) * Tensor(np.arange(3.0)).reshape(3, 1)
+    assert len(small.schedule()) == 1  # small: recomputed (such kernels are unrolled and share it)
