@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ember.dtype import dtypes
 from ember.helpers import argsort, prod
-from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.ops import GroupOp, Ops, UOp, constant_of
 from ember.uop.upat import PatternMatcher, UPat
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ def grad_max(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
 def grad_pow(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     """d a**b = b * a**(b-1) da + a**b * log(a) db; the db term is 0 where a == 0 (torch's convention)."""
     x, y, out = as_tensor(a, ctx), as_tensor(b, ctx), as_tensor(ret, ctx)
+    if (c := constant_of(b)) is not None: return ctx * (c * x.pow(c - 1) if c != 0 else x.zeros_like()), None
     return ctx * y.eq(0).where(0.0, y * x.pow(y - 1)), ctx * x.eq(0).where(0.0, out * x.log())
 
 

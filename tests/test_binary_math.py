@@ -31,6 +31,27 @@ def test_value_and_gradient_match_torch(name, fn, inputs):
         np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("exponent", [0, 1, 2, 3, -1, -2, 0.5, -0.5, 4, 1.5])
+def test_float_pow_by_a_constant_is_torchs_bit_for_bit(dtype, exponent):
+    """torch computes x**2, x**3, x**-1, x**-2, x**0.5, x**-0.5 by products, a reciprocal or a square root; ember
+    does too (and their derivatives' x**1 and x**0 are no pow calls at all). Other exponents go to libm's pow.
+    x**0.5 is checked against numpy's sqrt, correctly rounded, which torch's vectorized sqrt is not."""
+    x = np.concatenate([RNG.standard_normal(2000) * 10, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, 3e200]])
+    x = x.astype(dtype)
+    ours, theirs = (Tensor(x) ** exponent).numpy(), (torch.tensor(x) ** exponent).numpy()
+    if exponent == 0.5: theirs = np.sqrt(x)
+    if exponent in (4, 1.5): np.testing.assert_allclose(ours, theirs, rtol=4 * np.finfo(dtype).eps)
+    else:
+        np.testing.assert_array_equal(ours, theirs)  # NaN where torch has NaN (of any sign)
+        np.testing.assert_array_equal(np.signbit(ours[~np.isnan(ours)]), np.signbit(theirs[~np.isnan(theirs)]))
+    t = torch.tensor(x[:2000], requires_grad=True)
+    (t ** exponent).sum().backward()
+    a = Tensor(x[:2000])
+    (grad,) = (a ** exponent).sum().gradient(a)
+    np.testing.assert_allclose(grad.numpy(), t.grad.numpy(), rtol=8 * np.finfo(dtype).eps)
+
+
 @pytest.mark.parametrize("a, b", [(-7, 2), (7, -2), (-6, 3), (5, -5), (0, -3), (-1, 7)])
 def test_integer_remainder_takes_the_divisors_sign(a, b):
     assert (Tensor([a]) % Tensor([b])).item() == a % b

@@ -6,11 +6,12 @@ one ALU node. Float math on integer tensors first casts to the default float, as
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ember.dtype import DType, dtypes, promote_operands, to_dtype
 from ember.errors import DTypeError, ShapeError
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import Ops, UOp, constant_of
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -28,6 +29,14 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
                              f"each axis must match or be 1")
         out.append(big.pop() if big else 1)
     return tuple(out)
+
+
+# Exponents torch computes with products, a reciprocal or a square root rather than libm's pow (bit for bit its
+# results in float32 and float64). Besides matching torch, they spare derivatives pow(x, 1.0) and pow(x, 0.0).
+_POWERS: dict[float, Callable[[Tensor], Tensor]] = {
+    0: lambda a: a.ones_like(), 1: lambda a: a._wrap(a.uop), 2: lambda a: a * a, 3: lambda a: a * a * a,
+    -1: lambda a: a.reciprocal(), -2: lambda a: (a * a).reciprocal(), 0.5: lambda a: a.sqrt(),
+    -0.5: lambda a: a.sqrt().reciprocal()}
 
 
 def promote_values(tensors: list[Tensor], scalars: list[Any]) -> DType:
@@ -257,6 +266,8 @@ class ElementwiseMixin:
         A negative integer exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise, as torch."""
         a, b = self._operands("pow", exponent)
         if a.dtype.is_bool: raise DTypeError("pow: not defined for two bool operands (as in torch)")
+        if a.dtype in (dtypes.float32, dtypes.float64) and (short := _POWERS.get(constant_of(b.uop))) is not None:
+            return short(a)
         if a.dtype.is_float: return self._wrap(UOp(Ops.POW, a.dtype, (a.uop, b.uop)))
         if isinstance(exponent, int) and exponent >= 0: return _int_power(a, exponent)
         result, base, e = a.ones_like(), a, b

@@ -370,6 +370,12 @@ def _compute_shape(u: UOp) -> tuple[int, ...]:
     return src
 
 
+def constant_of(u: UOp) -> ConstType | None:
+    """The value of a constant tensor (a CONST reshaped and expanded to any shape), else None."""
+    while u.op in (Ops.RESHAPE, Ops.EXPAND): u = u.src[0]
+    return u.arg if u.op is Ops.CONST else None
+
+
 # ---- printing ---------------------------------------------------------------------------------------------------
 
 def render_tree(root: UOp, max_depth: int = 1_000_000) -> str:
