@@ -6,7 +6,7 @@ Run: python bench/numerical.py            (about 3 minutes; peers: pip install c
 Cases, all float64:
   a      energy sum(0.5 x^2), x in R^3: the cost of a call itself
   b-eval cart-pole, 10 RK4 steps (examples/cartpole.py): final state from (state, controls)
-  b-jac  the same plus the jacobians by state (4 x 4) and by controls (4 x 10); ember: three functions per call
+  b-jac  the same plus the jacobians by state (4 x 4) and by controls (4 x 10), one function with three outputs
   c      jacobian of the 1-D Bratu residual, n = 1000 (tridiagonal): ember.ad.spjacobian, else ember.ad.jacobian
   d      hessian of the Rosenbrock chain, n = 100 (tridiagonal): ember.ad.sphessian, else ember.ad.hessian
 CasADi builds each case in SX with its sparse jacobian/hessian; JAX with jax.jacrev/jacfwd/hessian (dense), the
@@ -109,7 +109,8 @@ def cartpole_inputs() -> list[np.ndarray]:
 def ember_cartpole(with_jacobians: bool) -> tuple[list[Any], str]:
     import cartpole
     fns = cartpole.build_functions(STEPS, with_jacobians)
-    return fns, "rollout + jacobian(argnum=0) + jacobian(argnum=1)" if with_jacobians else "rollout"
+    if not with_jacobians: return fns, "rollout"
+    return [cartpole.with_jacobians(fns)], "one function: rollout, jacobian(argnum=0), jacobian(argnum=1)"
 
 
 def casadi_cartpole(ca: Any, with_jacobians: bool) -> Any:

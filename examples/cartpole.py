@@ -98,6 +98,14 @@ def build_functions(steps: int, with_jacobians: bool = True) -> list[NumericalFu
     return [rollout, jac_state, jac_control]
 
 
+def with_jacobians(fns: list[NumericalFunction]) -> NumericalFunction:
+    """One function returning (final state, jacobian by state, jacobian by controls): the three traced together,
+    so the rollout they share is computed once (one straight-line kernel in the generated code)."""
+    rollout, jac_state, jac_control = fns
+    return NumericalFunction("rollout_with_jacobians", lambda state, controls: (
+        rollout(state, controls), jac_state(state, controls), jac_control(state, controls)), rollout.args)
+
+
 def finite_differences(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], args: list[np.ndarray], argnum: int,
                        eps: float = 1e-6) -> np.ndarray:
     """Central differences of fn with respect to args[argnum]: shape (outputs, inputs)."""

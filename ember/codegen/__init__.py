@@ -26,10 +26,12 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None) -> Progra
 
 
 def kernel_name(ast: UOp) -> str:
-    """`E_4_3` for an elementwise kernel with output shape (4, 3), `r_4_3` when it reduces."""
-    store = ast.src[0]
+    """`E_4_3` for an elementwise kernel with output shape (4, 3), `r_4_3` when it reduces; a kernel with several
+    outputs joins their shapes with `__` (`E_4__4_4`)."""
     kind = "r" if any(u.op is Ops.REDUCE_AXIS for u in ast.toposort()) else "E"
-    return "_".join([kind, *(str(s) for s in store.src[0].shape)]) if store.src[0].shape else kind
+    shapes = [store.src[0].shape for store in ast.src if store.op is Ops.STORE]
+    if len(shapes) == 1: return "_".join([kind, *(str(s) for s in shapes[0])])
+    return kind + "_" + "__".join("_".join(str(s) for s in shape) or "1" for shape in shapes)
 
 
 def estimate_work(uops: list[UOp]) -> tuple[int, int]:

@@ -36,7 +36,8 @@ class RangeifyContext:
     """Numbers new RANGEs in creation order, so an enclosing loop always has a smaller axis than what it encloses."""
 
     index_dtype: DType
-    unroll: frozenset[int] = frozenset()  # output axes stored position by position instead of looped over
+    unroll: dict[UOp, frozenset[int]] = field(default_factory=dict)  # per output (its DEFINE_GLOBAL): the axes
+    # stored position by position instead of looped over
     axes: itertools.count = field(default_factory=itertools.count)
 
     def new_range(self, size: int, kind: AxisKind) -> UOp:
@@ -166,10 +167,11 @@ def store_over_ranges(ctx: RangeifyContext, g: UOp, view: UOp, value: UOp) -> UO
     The axes in `ctx.unroll` get no RANGE: one STORE per position along them instead (grouped in a SINK), so the
     branches of a cat, stack or pad fold to the one each position reads, and the positions share the work they
     have in common (the graph is hash-consed), as a scalar code generator would write it."""
-    loops = {a: ctx.new_range(s, AxisKind.GLOBAL) for a, s in enumerate(view.shape) if a not in ctx.unroll}
+    unroll = sorted(ctx.unroll.get(g, ()))
+    loops = {a: ctx.new_range(s, AxisKind.GLOBAL) for a, s in enumerate(view.shape) if a not in unroll}
     stores = []
-    for pos in itertools.product(*(range(view.shape[a]) for a in sorted(ctx.unroll))):
-        fixed = dict(zip(sorted(ctx.unroll), pos, strict=True))
+    for pos in itertools.product(*(range(view.shape[a]) for a in unroll)):
+        fixed = dict(zip(unroll, pos, strict=True))
         idx = tuple(UOp.const(ctx.index_dtype, fixed[a]) if a in fixed else loops[a] for a in range(len(view.shape)))
         target = UOp(Ops.INDEX, g.dtype, (g, flat_index(idx, view.shape, ctx.index_dtype)))
         stores.append(UOp(Ops.STORE, dtypes.void, (target, at(value, UOp.const(dtypes.bool, True), idx))))
@@ -287,8 +289,7 @@ def rangeify(ast: UOp) -> UOp:
     """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
     sizes = [u.dtype.size for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
     index_dtype = dtypes.int64 if max(sizes, default=0) > 2**31 - 1 else dtypes.int32
-    store = ast.src[0]
-    unroll = branching_axes(store.src[1], store.src[0].shape) if store.op is Ops.STORE else frozenset()
+    unroll = {st.src[0].src[0]: branching_axes(st.src[1], st.src[0].shape) for st in ast.src if st.op is Ops.STORE}
     sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype, unroll), bottom_up=True,
                          name="rangeify")
     sink = graph_rewrite(sink, pm_simplify_gated_index)

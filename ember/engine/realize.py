@@ -60,9 +60,9 @@ def print_schedule(schedule: list[ExecItem]) -> None:
     """One line per kernel: its name, what it writes and what it reads."""
     print(colored(f"schedule: {len(schedule)} kernels", "magenta"))
     for i, item in enumerate(schedule):
-        reads = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[1:]) or "nothing"
-        print(f"  {i:3d} {kernel_name(item.ast):24s} writes {item.bufs[0].dtype.name}[{item.bufs[0].size}] "
-              f"reads {reads}")
+        reads = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[item.outs:]) or "nothing"
+        writes = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[:item.outs])
+        print(f"  {i:3d} {kernel_name(item.ast):24s} writes {writes} reads {reads}")
 
 
 def run_schedule(schedule: list[ExecItem]) -> None:

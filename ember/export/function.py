@@ -107,12 +107,29 @@ class NumericalFunction:
     def __call__(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run on numpy arrays (or anything np.asarray takes); returns fresh arrays.
 
-        The first call compiles the function into native code (cached on disk); later calls go straight to it."""
+        The first call compiles the function into native code (cached on disk); later calls go straight to it.
+        Called with Tensors (inside another function being traced, say), it is `fn` on them: its graph becomes part
+        of the caller's, so functions compose and share their common work."""
+        if any(isinstance(v, Tensor) for v in values): return self.apply(*values)
         if self._native is None:
             from ember.export.native import build_native
             self._native = build_native(self) or False
         if self._native: return self._native(*values)
         return self.call_kernels(*values)
+
+    def apply(self, *xs: Any) -> Tensor | tuple[Tensor, ...]:
+        """`fn` on Tensors of the argument shapes and dtypes (numbers and arrays become Tensors)."""
+        if len(xs) != len(self.args):
+            raise TypeError(f"{self.name}: takes {len(self.args)} arguments, got {len(xs)}")
+        tensors = [x if isinstance(x, Tensor) else Tensor(np.asarray(x), dtype=a.dtype)
+                   for x, a in zip(xs, self.args, strict=True)]
+        for i, (t, a) in enumerate(zip(tensors, self.args, strict=True)):
+            if t.shape != a.shape:
+                raise ShapeError(f"{self.name}: argument {i} has shape {t.shape}, expected {a.shape}")
+            if t.dtype is not a.dtype:
+                raise DTypeError(f"{self.name}: argument {i} has dtype {t.dtype.name}, expected {a.dtype.name}")
+        out = self.fn(*tensors)
+        return out if self.single else tuple(out)
 
     def call_kernels(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """The slow path: run the traced kernels one by one from Python (no C++ compiler needed)."""
@@ -167,13 +184,14 @@ def _plan(inputs: list[Buffer], outputs: list[Tensor]) -> Plan:
     device = Device.DEFAULT
     items, views = create_schedule([o.uop for o in outputs], device)
     out_bufs = [_view_buffer(views[o.uop]) for o in outputs]
-    written = {id(b) for item in items for b in item.bufs[:1]}
-    known = {id(b) for item in items for b in item.bufs[1:] if id(b) not in written} - {id(b) for b in inputs}
+    written = {id(b) for item in items for b in item.bufs[:item.outs]}
+    known = {id(b) for item in items for b in item.bufs[item.outs:] if id(b) not in written} - {id(b) for b in inputs}
     per_call: list[ExecItem] = []
     for item in items:
-        if all(id(b) in known for b in item.bufs[1:]) and not any(item.bufs[0] is b for b in out_bufs):
-            run_schedule([item])  # depends on constants alone: its result is a constant too
-            known.add(id(item.bufs[0]))
+        if all(id(b) in known for b in item.bufs[item.outs:]) and \
+                not any(w is b for w in item.bufs[:item.outs] for b in out_bufs):
+            run_schedule([item])  # depends on constants alone: its results are constants too
+            known.update(id(b) for b in item.bufs[:item.outs])
         else: per_call.append(item)
     seen: dict[int, Buffer] = {}
     for item in per_call:

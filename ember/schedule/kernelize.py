@@ -18,9 +18,10 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
+from ember.codegen.rangeify import branching_axes
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import dtypes
-from ember.helpers import prod
+from ember.helpers import UNROLL, prod
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
 
@@ -31,10 +32,11 @@ BROADCAST_RECOMPUTE_SIZE = 64  # elements: a broadcast value this small is recom
 
 @dataclass(eq=False)
 class ExecItem:
-    """One kernel to run: its AST and the buffers its DEFINE_GLOBALs refer to (slot 0 is the output)."""
+    """One kernel to run: its AST and the buffers its DEFINE_GLOBALs refer to; the first `outs` are written."""
 
     ast: UOp
     bufs: list[Buffer]
+    outs: int = 1
 
 
 def is_buffer_view(u: UOp) -> bool:
@@ -86,13 +88,36 @@ def ends_on_private_reduce(u: UOp, consumers: dict[UOp, list[UOp]]) -> bool:
     return all(c in inside for n in inside if n is not u for c in consumers[n])
 
 
-def find_realized(outputs: list[UOp]) -> set[UOp]:
-    """The nodes that get a buffer of their own: outputs, CONTIGUOUS, shared or broadcast reductions, dear values."""
+def unrolled_stores(u: UOp) -> int | None:
+    """How many scalar STOREs rangeify writes u's value with when it unrolls every axis (None: some axis loops)."""
+    value = u.src[0] if u.op is Ops.CONTIGUOUS else u
+    unrolled = branching_axes(value, u.shape)
+    return prod(u.shape) if all(s == 1 or a in unrolled for a, s in enumerate(u.shape)) else None
+
+
+def scalar_program(outputs: list[UOp], consumers: dict[UOp, list[UOp]], realized: set[UOp]) -> list[UOp]:
+    """The outputs computed together by one kernel, a straight-line program with one STORE per element: those
+    stored without a loop, read by no other kernel, within UNROLL stores in all (none, unless two qualify).
+
+    A small function's outputs (a rollout, its jacobians) share most of their work: in one kernel the shared
+    values are computed once (the graph is hash-consed) instead of stored by kernels of their own."""
+    group, stores = [], 0
+    for u in dict.fromkeys(outputs):
+        if u not in realized or any(c.op is not Ops.SINK for c in consumers[u]): continue
+        if (n := unrolled_stores(u)) and stores + n <= UNROLL.value: group, stores = [*group, u], stores + n
+    return group if len(group) > 1 else []
+
+
+def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
+    """The nodes that get a buffer of their own (outputs, CONTIGUOUS, shared or broadcast reductions, dear values),
+    and the outputs that one kernel computes together (see scalar_program)."""
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
     consumers: dict[UOp, list[UOp]] = {u: [] for u in order}
     for u in order:
         for s in u.src: consumers[s].append(u)
     realized = {u for u in outputs if not is_buffer_view(u)} | {u for u in order if u.op is Ops.CONTIGUOUS}
+    together = scalar_program(outputs, consumers, realized)
+    kernel_of = {u: together[0] for u in together}  # a realized node -> the kernel that computes it
     cost = fused_cost(order)
     readers: dict[UOp, set[UOp]] = {}  # the realized nodes whose kernels read this value
     broadcast: dict[UOp, bool] = {}  # an EXPAND lies between this value and a kernel that reads it
@@ -102,7 +127,7 @@ def find_realized(outputs: list[UOp]) -> set[UOp]:
         expanded = False
         for c in consumers[u]:
             if c.op is Ops.SINK: continue
-            kernels |= {c} if c in realized else readers[c]
+            kernels |= {kernel_of.get(c, c)} if c in realized else readers[c]
             expanded |= c.op is Ops.EXPAND or (c not in realized and broadcast[c])
         if u.op is Ops.REDUCE_AXIS and (expanded or len(kernels) > 1): realized.add(u)
         if u.op in GroupOp.Elementwise and expanded and ends_on_private_reduce(u, consumers): realized.add(u)
@@ -110,29 +135,31 @@ def find_realized(outputs: list[UOp]) -> set[UOp]:
             realized.add(u)  # a transcendental per copy of a broadcast (forward mode's partials, one per direction)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
-    return realized
+    return realized, together
 
 
-def kernel_ast(value: UOp, shape: tuple[int, ...], out: UOp, views: dict[UOp, UOp],
-               node: UOp | None = None) -> tuple[UOp, list[UOp]]:
-    """The AST storing `value` (the value of `node`, itself by default) into `out`, with realized inputs read through
-    their buffers, and the BUFFER list. A CONTIGUOUS of a realized value is a copy of its buffer."""
-    node = value if node is None else node
-    bufs = [out]
+def kernel_ast(stores: list[tuple[UOp, UOp]], views: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+    """The AST storing each `(node, out)`'s value into buffer `out`, with realized inputs read through their
+    buffers, and the BUFFER list (the outputs first). A CONTIGUOUS of a realized value is a copy of its buffer."""
+    bufs = [out for _, out in stores]
+    nodes = {node for node, _ in stores}
     new: dict[UOp, UOp] = {}
 
     def global_for(buf: UOp) -> UOp:
         if buf not in bufs: bufs.append(buf)
         return UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(buf.arg.size), arg=bufs.index(buf))
 
-    for u in value.toposort(descend=lambda n: n is node or n not in views):
-        if u is not node and u in views:
+    values = [node.src[0] if node.op is Ops.CONTIGUOUS else node for node, _ in stores]
+    for u in UOp(Ops.SINK, dtypes.void, tuple(values)).toposort(descend=lambda n: n in nodes or n not in views):
+        if u.op is Ops.SINK: continue
+        if u not in nodes and u in views:
             view = views[u]
             new[u] = UOp(Ops.RESHAPE, u.dtype, (global_for(view.src[0]),), view.arg)
         elif u.op is Ops.BUFFER: new[u] = global_for(u)
         else: new[u] = u.replace(src=tuple(new[s] for s in u.src))
-    target = UOp(Ops.RESHAPE, out.dtype, (global_for(out),), shape)
-    return UOp(Ops.STORE, dtypes.void, (target, new[value])).sink(), bufs
+    return UOp(Ops.SINK, dtypes.void, tuple(
+        UOp(Ops.STORE, dtypes.void, (UOp(Ops.RESHAPE, out.dtype, (global_for(out),), node.shape), new[value]))
+        for (node, out), value in zip(stores, values, strict=True))), bufs
 
 
 # What earlier realizations computed: a node -> the view of the buffer holding its value. Weak: an entry lives as
@@ -155,17 +182,22 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], di
     if computed:
         sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_use_computed, ctx=computed, bottom_up=True)
         outputs = list(sink.src)
-    realized = find_realized(outputs)
+    realized, together = find_realized(outputs)
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
     views: dict[UOp, UOp] = {}
     items: list[ExecItem] = []
+    pending: list[tuple[UOp, UOp]] = []  # members of the scalar program seen so far; it runs after the last one
     for u in order:
         if u not in realized: continue
         buf = buffer_uop(Buffer(device, prod(u.shape), u.dtype))
         views[u] = UOp(Ops.RESHAPE, u.dtype, (buf,), u.shape)
-        value = u.src[0] if u.op is Ops.CONTIGUOUS else u
         if prod(u.shape) == 0: continue  # nothing to compute
-        ast, bufs = kernel_ast(value, u.shape, buf, views, u)
-        items.append(ExecItem(ast, [buffer_of(b) for b in bufs]))
+        stores = [(u, buf)]
+        if u in together:
+            pending.append((u, buf))
+            if len(pending) < len(together): continue
+            stores = pending
+        ast, bufs = kernel_ast(stores, views)
+        items.append(ExecItem(ast, [buffer_of(b) for b in bufs], len(stores)))
     return items, views | {req: views.get(out, out) for req, out in zip(requested, outputs, strict=True)}
 

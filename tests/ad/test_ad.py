@@ -327,6 +327,8 @@ def test_exported_derivatives_compile_strictly_and_match_python_bit_for_bit(tmp_
     fns = [derived(*p) for p in picks] + [ad.gradient(vjp_in_force(), 0)]  # a derivative of a derivative
     inputs = [CASES[n].inputs() + extra_input(CASES[n], k, a, CASES[n].inputs()) for n, k, a in picks]
     inputs.append(CASES["cartpole_rk4"].inputs() + [np.random.default_rng(3).standard_normal(4)])
+    fns.append(with_jacobians("cartpole_rk4"))  # three outputs of one kernel
+    inputs.append(CASES["cartpole_rk4"].inputs())
     generate_module("derivs", fns, str(tmp_path))
     (tmp_path / "main.cpp").write_text(cpp_driver("derivs", fns, inputs))
     exe = tmp_path / "main"
@@ -334,8 +336,25 @@ def test_exported_derivatives_compile_strictly_and_match_python_bit_for_bit(tmp_
                            capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
-    expected = [float(v).hex() for f, args in zip(fns, inputs) for v in np.asarray(f(*args)).reshape(-1)]
+    expected = [float(v).hex() for f, args in zip(fns, inputs)
+                for out in (lambda o: o if isinstance(o, tuple) else (o,))(f(*args)) for v in out.reshape(-1)]
     assert [float.fromhex(p).hex() for p in printed] == expected  # -0.0 and 0.0 differ here
+
+
+def with_jacobians(name: str) -> NumericalFunction:
+    """The function with its jacobians by each argument, all traced in one function."""
+    fns = [base(name)] + [derived(name, "jacobian", a) for a in range(len(CASES[name].shapes))]
+    return NumericalFunction(f"{name}_with_jacobians", lambda *xs: tuple(f(*xs) for f in fns), base(name).args)
+
+
+def test_a_function_with_its_jacobians_is_one_kernel_equal_to_the_separate_functions():
+    """Traced together, the rollout and its two jacobians are one straight-line kernel (the rollout they share is
+    computed once) and give bit for bit what the three functions give."""
+    both = with_jacobians("cartpole_rk4")
+    assert len(both.plan.items) == 1 and both.plan.items[0].outs == 3
+    inputs = CASES["cartpole_rk4"].inputs()
+    separate = [base("cartpole_rk4")(*inputs)] + [derived("cartpole_rk4", "jacobian", a)(*inputs) for a in (0, 1)]
+    for got, want in zip(both(*inputs), separate, strict=True): np.testing.assert_array_equal(got, want)
 
 
 def test_a_function_named_like_the_libm_function_it_calls_compiles():

@@ -75,3 +75,26 @@ def test_fn_must_return_tensors():
         NumericalFunction("bad", lambda x: 3, [Arg(3)])
     with pytest.raises(ValueError, match="identifier"):
         NumericalFunction("not a name", lambda x: x, [Arg(3)])
+
+
+def test_a_function_called_inside_another_is_traced_into_it():
+    """Calling a NumericalFunction on Tensors runs its fn on them: the caller's graph includes it, so the two
+    derivatives of one model below come out of one trace (and, small, out of one kernel)."""
+    norm = NumericalFunction("norm", lambda x, w: (w * x * x).sum().sqrt(), [Arg(3), Arg(3)])
+    both = NumericalFunction("both", lambda x, w: (norm(x, w), norm(x * 2, w) + norm(x, [1.0, 1.0, 1.0])),
+                             [Arg(3), Arg(3)])
+    x, w = RNG.standard_normal(3), RNG.uniform(0.5, 2.0, 3)
+    first, second = both(x, w)
+    np.testing.assert_allclose(first, np.sqrt((w * x * x).sum()), rtol=1e-15)
+    np.testing.assert_allclose(second, np.sqrt((w * 4 * x * x).sum()) + np.linalg.norm(x), rtol=1e-15)
+
+
+@pytest.mark.parametrize("inner, error, fragment", [
+    (lambda f, x: f(x[:2]), ShapeError, "f: argument 0 has shape (2,), expected (3,)"),
+    (lambda f, x: f(x.cast("float32")), DTypeError, "f: argument 0 has dtype float32, expected float64"),
+    (lambda f, x: f(x, x), TypeError, "f: takes 1 arguments, got 2"),
+])
+def test_a_function_called_on_tensors_checks_them(inner, error, fragment):
+    f = NumericalFunction("f", lambda x: x.sum(), [Arg(3)])
+    with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        NumericalFunction("g", lambda x: inner(f, x), [Arg(3)])

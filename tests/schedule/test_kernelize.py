@@ -356,3 +356,33 @@ def test_a_broadcast_transcendental_is_computed_once_not_per_copy():
     np.testing.assert_allclose(t.numpy(), np.exp(x)[None] * np.arange(3.0)[:, None], rtol=1e-15)
     small = Tensor(x[:8]).exp().reshape(1, 8).expand(3, 8) * Tensor(np.arange(3.0)).reshape(3, 1)
     assert len(small.schedule()) == 1  # small: recomputed (such kernels are unrolled and share it)
+
+
+def test_small_unrolled_outputs_realized_together_are_one_kernel_sharing_their_work():
+    """Outputs stored element by element (stacks, here) and realized together become one straight-line kernel:
+    the sin they share is computed once in it, not stored by a kernel of its own and read by two."""
+    a, b = np.arange(1.0, 5.0), np.array([0.5, -1.0, 2.0])
+    ta, tb = Tensor(a), Tensor(b)
+    s = (ta[0] * tb[1]).sin() * (ta[2] * tb[0]).cos() + (ta[3] / tb[2]).exp()  # dear enough to be stored once
+    outs = [Tensor.stack(s * tb[0], ta[1] + s), Tensor.stack(s, s * 2, ta[3]), (ta * tb[2]).sum()]
+    items = Tensor.schedule(*outs)
+    assert len(items) == 1 and items[0].outs == 3
+    Tensor.realize(*outs)
+    sv = np.sin(a[0] * b[1]) * np.cos(a[2] * b[0]) + np.exp(a[3] / b[2])
+    for got, want in zip(outs, [[sv * b[0], a[1] + sv], [sv, sv * 2, a[3]], (a * b[2]).sum()], strict=True):
+        np.testing.assert_array_equal(got.numpy(), np.array(want))
+    separately = Tensor.stack(s * tb[0], ta[1] + s), Tensor.stack(s, s * 2, ta[3])
+    assert len(Tensor.schedule(separately[0])) == 1  # alone, it needs no kernel for s either
+
+
+def test_an_output_another_output_reads_is_not_merged_into_its_kernel():
+    """The second output reads the first through a kernel of its own (a broadcast sum): one kernel for both would
+    have to run before and after that one. They stay separate kernels, in order, with the right values."""
+    a = np.array([0.3, 0.7])
+    first = Tensor.stack(Tensor(a)[0].sin(), Tensor(a)[1].cos())
+    second = Tensor.stack(first[1] * 2, first[0] + 1) * first.sum()
+    assert len(Tensor.schedule(first, second)) == 3
+    Tensor.realize(first, second)
+    f = np.array([np.sin(0.3), np.cos(0.7)])
+    np.testing.assert_array_equal(first.numpy(), f)
+    np.testing.assert_array_equal(second.numpy(), np.array([f[1] * 2, f[0] + 1]) * f.sum())
