@@ -86,3 +86,15 @@ def test_bad_module_names_are_rejected():
 def test_generate_module_writes_both_files(tmp_path):
     paths = generate_module("mod", functions()[1:2], str(tmp_path / "out"))
     assert [os.path.basename(p) for p in paths] == ["mod.hpp", "mod.cpp"] and all(os.path.exists(p) for p in paths)
+
+
+def test_only_kernels_without_loops_turn_off_gccs_basic_block_vectorizer():
+    """An unrolled kernel (a stack of scalars) is declared EMBER_STRAIGHT_LINE, a loop is not; the macro is
+    defined for every compiler (empty but for g++)."""
+    scalar = NumericalFunction("scalar", lambda x: Tensor.stack(x[0].sin() * x[1], x[1] + x[2]), [Arg(3)])
+    looped = NumericalFunction("looped", lambda x: (x * 2).sin(), [Arg(100)])
+    _, source = render_module("m", [scalar, looped])
+    declared = [line for line in source.splitlines() if "_k0_" in line and line.endswith("{")]
+    assert [line.split("(")[0] for line in declared] == ["EMBER_STRAIGHT_LINE void scalar_k0_E_2",
+                                                         "void looped_k0_E_100"]
+    assert source.count("#define EMBER_STRAIGHT_LINE") == 2  # g++, and empty for the others
