@@ -52,6 +52,18 @@ def test_float_pow_by_a_constant_is_torchs_bit_for_bit(dtype, exponent):
     np.testing.assert_allclose(grad.numpy(), t.grad.numpy(), rtol=8 * np.finfo(dtype).eps)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_fmod_takes_the_dividends_sign_like_torch(dtype):
+    is_float = np.dtype(dtype).kind == "f"
+    a = np.array([-7.5, 7.5, -3, 3, 0, 5.25, -0.0, 1e10] if is_float else [-7, 7, -3, 3, 0, 5, -9, 10])
+    for b in (2, -3, a[::-1] + (0.5 if is_float else 0) + (a[::-1] == 0)):  # no zero divisor
+        ours = Tensor(a.astype(dtype)).fmod(Tensor(b.astype(dtype)) if isinstance(b, np.ndarray) else b).numpy()
+        theirs = torch.tensor(a.astype(dtype)).fmod(torch.tensor(b.astype(dtype)) if isinstance(b, np.ndarray)
+                                                    else b).numpy()
+        np.testing.assert_array_equal(ours, theirs)
+        np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs))
+
+
 @pytest.mark.parametrize("a, b", [(-7, 2), (7, -2), (-6, 3), (5, -5), (0, -3), (-1, 7)])
 def test_integer_remainder_takes_the_divisors_sign(a, b):
     assert (Tensor([a]) % Tensor([b])).item() == a % b

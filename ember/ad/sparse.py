@@ -62,7 +62,7 @@ def _seeds(colors: np.ndarray, count: int, shape: tuple[int, ...]) -> Tensor:
     n = len(colors)
     direction = Tensor.arange(count).reshape(count, 1)
     periodic = np.array_equal(colors, np.arange(n) % count)
-    color = Tensor.arange(n) % count if periodic else Tensor(colors.astype(np.int32))
+    color = Tensor.arange(n).fmod(count) if periodic else Tensor(colors.astype(np.int32))
     return color.reshape(1, n).eq(direction).cast(dtypes.float64).reshape(count, *shape)
 
 

@@ -246,29 +246,34 @@ pm_rangeify = PatternMatcher([
 
 
 def gate_bounds(gate: UOp) -> dict[UOp, tuple[int, int]]:
-    """Bounds on RANGEs that hold wherever `gate` is true, read off its `c < r` and `r < c` clauses."""
+    """Bounds on integer nodes (RANGEs, loaded indices) that hold wherever `gate` is true, read off its `c < r` and
+    `r < c` clauses."""
     bounds: dict[UOp, tuple[int, int]] = {}
     stack = [gate]
     while stack:
         clause = stack.pop()
         if clause.op is Ops.AND: stack.extend(clause.src)
-        if clause.op is not Ops.CMPLT: continue
+        if clause.op is not Ops.CMPLT or not clause.src[0].dtype.is_int: continue
         a, b = clause.src
-        if a.op is Ops.RANGE and b.op is Ops.CONST: rng, lo, hi = a, a.vmin, b.arg - 1
-        elif b.op is Ops.RANGE and a.op is Ops.CONST: rng, lo, hi = b, a.arg + 1, b.vmax
+        if a.op in BOUNDABLE and b.op is Ops.CONST: rng, lo, hi = a, a.vmin, b.arg - 1
+        elif b.op in BOUNDABLE and a.op is Ops.CONST: rng, lo, hi = b, a.arg + 1, b.vmax
         else: continue
         old_lo, old_hi = bounds.get(rng, (rng.vmin, rng.vmax))
         bounds[rng] = (max(old_lo, lo), min(old_hi, hi))
     return bounds
 
 
-def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
-    """Simplify a gated read's offset knowing the gate holds: a padded read then needs no `%` to stay in bounds.
+BOUNDABLE = frozenset({Ops.RANGE, Ops.LOAD})
 
-    Each bounded RANGE is swapped for a variable with the narrower bounds, the offset simplified, and swapped back."""
+
+def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
+    """Simplify a gated read's offset knowing the gate holds: a padded read then needs no `%` to stay in bounds, a
+    gather's position read from a table (checked to be inside its axis) no `//` and `%` to split and rejoin it.
+
+    Each bounded node is swapped for a variable with the narrower bounds, the offset simplified, and swapped back."""
     bounds = {r: b for r, b in gate_bounds(gate).items() if b[0] <= b[1] and b != (r.vmin, r.vmax)}
     if not bounds: return None
-    narrow = {r: UOp.variable(f"gate{r.arg.axis}", lo, hi, r.dtype) for r, (lo, hi) in bounds.items()}
+    narrow = {r: UOp.variable(f"gate{k}", lo, hi, r.dtype) for k, (r, (lo, hi)) in enumerate(bounds.items())}
     simpler = substitute(graph_rewrite(substitute(i, narrow), symbolic), {v: r for r, v in narrow.items()})
     return None if simpler is i else UOp(Ops.INDEX, x.dtype, (g, simpler, gate))
 

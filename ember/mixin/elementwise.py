@@ -289,8 +289,13 @@ class ElementwiseMixin:
     def remainder(self: Tensor, other: Any) -> Tensor:
         """self - floor(self / other) * other: the result takes the sign of the divisor, as torch and Python."""
         a, b = self._operands("remainder", other)
-        r = self._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))  # C: the sign of the dividend (fmod for floats)
+        r = a.fmod(b)
         return (r.ne(0) & ((r < 0) ^ (b < 0))).where(r + b, r)
+
+    def fmod(self: Tensor, other: Any) -> Tensor:
+        """C's remainder, as torch.fmod: self - trunc(self / other) * other, with the sign of the dividend."""
+        a, b = self._operands("fmod", other)
+        return self._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))
 
     def mod(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self % x (x % self with reverse), floored as torch.remainder: the result takes the divisor's sign."""

@@ -148,6 +148,18 @@ def test_padded_read_index_has_no_modulo():
     assert "%" not in load.src[0].src[1].render(), load.src[0].src[1].render()
 
 
+def test_gather_through_a_merged_view_reads_the_position_it_loaded_without_division():
+    """A table's positions into a flattened (3, 4) buffer: the gate bounds each loaded position to the axis, so
+    splitting it into (row, column) and joining them again simplifies away; the values are numpy's."""
+    data, where = np.arange(12.0).reshape(3, 4), np.array([11, 0, 5, 7, 2], np.int32)
+    src = Tensor(data).contiguous().realize()
+    out = src.reshape(-1)._take(0, Tensor(where))
+    (load,) = [u for u in loads(rangeify(ast_of(out))) if u.dtype == dtypes.float64]
+    text = load.src[0].src[1].render()
+    assert "//" not in text and "%" not in text, text
+    np.testing.assert_array_equal(out.numpy(), data.reshape(-1)[where])
+
+
 @pytest.mark.parametrize("view", [lambda t: t[::2], lambda t: t.pad(((1, 1),)).shrink(((1, 7),))],
                          ids=["step", "pad_then_shrink_away"])
 def test_always_true_gate_is_dropped(view: View):
