@@ -24,6 +24,7 @@ import numpy as np
 
 from ember.ad.sparsity import color_columns, color_rows, dependencies, star_coloring, star_recovery
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
+from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
 from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
@@ -57,17 +58,63 @@ class SparseFunction(NumericalFunction):
 
 
 def _seeds(colors: np.ndarray, count: int, shape: tuple[int, ...]) -> Tensor:
-    """(count, *shape): direction c is 1 on the elements of color c. A banded pattern's coloring is periodic
-    (element j has color j % count): then the seeds are arithmetic, computed where they are used, not a constant."""
+    """(count, *shape): direction c is 1 on the elements of color c. A banded pattern's coloring repeats with a
+    small period: then the seeds are arithmetic in the element's index, and a loop over the elements unrolled by
+    the period (codegen/periodic.py) folds them to constants."""
     n = len(colors)
     direction = Tensor.arange(count).reshape(count, 1)
-    periodic = np.array_equal(colors, np.arange(n) % count)
-    color = Tensor.arange(n).fmod(count) if periodic else Tensor(colors.astype(np.int32))
+    period = _period(colors)
+    if period: color = _periodic(Tensor.arange(n), [int(c) for c in colors[:period]])
+    else: color = Tensor(colors.astype(np.int32))
     return color.reshape(1, n).eq(direction).cast(dtypes.float64).reshape(count, *shape)
+
+
+def _period(values: np.ndarray) -> int | None:
+    """The smallest p <= PERIOD_LIMIT with values[j] == values[j % p] for all j, else None."""
+    n = len(values)
+    return next((p for p in range(1, PERIOD_LIMIT + 1) if p <= n and
+                 np.array_equal(values, np.resize(values[:p], n))), None)
+
+
+def _periodic(k: Tensor, table: Sequence[Any]) -> Tensor:
+    """table[k % len(table)] for k >= 0, as comparisons of the remainder (constants once the period is unrolled)."""
+    rest = k.fmod(len(table)) if len(table) > 1 else k.zeros_like()
+    out = k.full_like(table[-1]) if not isinstance(table[-1], Tensor) else table[-1]
+    for t in range(len(table) - 2, -1, -1): out = rest.eq(t).where(table[t], out)
+    return out
 
 
 def _index(where: np.ndarray) -> Tensor:
     return Tensor(where.astype(np.int32 if where.size == 0 or where.max() < 2**31 else np.int64))
+
+
+def _positions(where: np.ndarray) -> Tensor | None:
+    """The positions `where` as arithmetic in the nonzero's number k, if they are periodic-affine: between at most
+    PEEL_LIMIT exceptions at each end, k = h + P*q + s reads where = base[s] + step[s] * q for a period P <=
+    PERIOD_LIMIT (a banded pattern in CSC order). The read then needs no table: it fuses into the kernel that
+    computes the compressed products, whose unrolled period folds each position to an affine one. Else None."""
+    n = len(where)
+    for period in range(1, PERIOD_LIMIT + 1):
+        for head in range(min(PEEL_LIMIT, n) + 1):
+            for tail in range(min(PEEL_LIMIT, n - head) + 1):
+                middle = where[head:n - tail]
+                if len(middle) < 2 * period: continue
+                runs = [middle[s::period] for s in range(period)]
+                if not all(len(r) < 2 or np.all(np.diff(r) == r[1] - r[0]) for r in runs): continue
+                k = Tensor.arange(n)
+                q = (k - head).maximum(0).div(period, rounding_mode="trunc")
+                affine = _periodic((k - head).maximum(0), [int(r[0]) + int(r[1] - r[0] if len(r) > 1 else 0) * q
+                                                           for r in runs])
+                ends = np.where((np.arange(n) < head) | (np.arange(n) >= n - tail), where, 0)
+                return ((k < head) | (k >= n - tail)).where(_index(ends), affine).cast(dtypes.int32)
+    return None
+
+
+def _recover(compressed: Tensor, where: np.ndarray) -> Tensor:
+    """The nonzeros, read from the compressed products at the flat positions `where`. Periodic-affine positions
+    read the products where they are computed (one kernel, no table); others read them stored, by a table."""
+    if (positions := _positions(where)) is not None: return compressed.reshape(-1)._take(0, positions)
+    return compressed.contiguous().reshape(-1)._take(0, _index(where))  # stored: a loop without indirection
 
 
 def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
@@ -90,7 +137,7 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
         if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
         if forward: compressed = forward_directions(out, ts[a], _seeds(by_col, n_col, x_shape))
         else: compressed = reverse_directions(out, ts[a], _seeds(by_row, n_row, out.shape))
-        return compressed.contiguous().reshape(-1)._take(0, _index(where))  # stored: a loop without indirection
+        return _recover(compressed, where)
     return SparseFunction(f"{f.name}_spjac", fn, f.args, f.arg_names, pattern, n_col if forward else n_row)
 
 
@@ -112,7 +159,7 @@ def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
         out = _single(f, ts, "sphessian")
         if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
         compressed = forward_directions(_grad(out.sum(), ts[a]), ts[a], _seeds(colors, count, x_shape))
-        return compressed.contiguous().reshape(-1)._take(0, _index(where))  # stored: a loop without indirection
+        return _recover(compressed, where)
     return SparseFunction(f"{f.name}_sphess", fn, f.args, f.arg_names, pattern, count)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ember.codegen.linearize import linearize
 from ember.codegen.lowerer import lower
+from ember.codegen.periodic import split_periodic
 from ember.codegen.rangeify import rangeify
 from ember.helpers import DEBUG
 from ember.renderer import ProgramSpec, Renderer
@@ -13,6 +14,7 @@ from ember.uop.ops import GroupOp, Ops, UOp, print_graph
 def get_program(ast: UOp, renderer: Renderer, name: str | None = None) -> ProgramSpec:
     """Lower a kernel AST from the scheduler to source for `renderer`'s device."""
     sink = rangeify(ast)  # movement ops -> RANGE/INDEX/LOAD; index arithmetic simplified
+    sink = split_periodic(sink)  # a loop that tests i % p for a small p: whole periods, one period unrolled
     sink = lower(sink)  # REDUCE -> accumulator loops; every RANGE closed by an END
     uops = linearize(sink)  # DAG -> ordered list
     if DEBUG >= 5: print(print_graph(sink))

@@ -45,14 +45,17 @@ def is_buffer_view(u: UOp) -> bool:
     return u.op is Ops.BUFFER
 
 
-def fused_cost(order: dict[UOp, None]) -> dict[UOp, int]:
-    """ALU ops a value costs to recompute, stopping at buffers and reductions (transcendentals count 4)."""
+def fused_cost(order: dict[UOp, None]) -> tuple[dict[UOp, int], dict[UOp, bool]]:
+    """ALU ops a value costs to recompute (transcendentals count 4), and whether a transcendental is among them;
+    both stop at buffers and reductions."""
     cost: dict[UOp, int] = {}
+    dear: dict[UOp, bool] = {}
     for u in order:
-        own = 4 if u.op in GroupOp.Transcendental else 1 if u.op in GroupOp.Elementwise else 0
-        below = sum(cost[s] for s in u.src if s.op not in (Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.BUFFER))
-        cost[u] = own + below
-    return cost
+        below = [s for s in u.src if s.op not in (Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.BUFFER)]
+        cost[u] = (4 if u.op in GroupOp.Transcendental else 1 if u.op in GroupOp.Elementwise else 0) + \
+            sum(cost[s] for s in below)
+        dear[u] = u.op in GroupOp.Transcendental or any(dear[s] for s in below)
+    return cost, dear
 
 
 CHAIN_LIMIT = 64  # nodes searched below a broadcast value for the reduction it ends on
@@ -118,7 +121,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     realized = {u for u in outputs if not is_buffer_view(u)} | {u for u in order if u.op is Ops.CONTIGUOUS}
     together = scalar_program(outputs, consumers, realized)
     kernel_of = {u: together[0] for u in together}  # a realized node -> the kernel that computes it
-    cost = fused_cost(order)
+    cost, dear = fused_cost(order)
     readers: dict[UOp, set[UOp]] = {}  # the realized nodes whose kernels read this value
     broadcast: dict[UOp, bool] = {}  # an EXPAND lies between this value and a kernel that reads it
     for u in reversed(order):
@@ -131,7 +134,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
             expanded |= c.op is Ops.EXPAND or (c not in realized and broadcast[c])
         if u.op is Ops.REDUCE_AXIS and (expanded or len(kernels) > 1): realized.add(u)
         if u.op in GroupOp.Elementwise and expanded and ends_on_private_reduce(u, consumers): realized.add(u)
-        if u.op in GroupOp.Elementwise and expanded and cost[u] >= 4 and prod(u.shape) > BROADCAST_RECOMPUTE_SIZE:
+        if u.op in GroupOp.Elementwise and expanded and dear[u] and prod(u.shape) > BROADCAST_RECOMPUTE_SIZE:
             realized.add(u)  # a transcendental per copy of a broadcast (forward mode's partials, one per direction)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)

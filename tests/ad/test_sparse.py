@@ -20,8 +20,13 @@ import pytest
 
 from ember import Tensor, ad
 from ember.ad import SparseFunction
+from ember.codegen.lowerer import lower
+from ember.codegen.periodic import split_periodic
+from ember.codegen.rangeify import rangeify
+from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.export import Arg, NumericalFunction, generate_module
+from ember.uop.ops import Ops
 from tests.helpers import cpp_driver, scaled_error
 
 RNG = np.random.default_rng(17)
@@ -293,6 +298,30 @@ def test_rosenbrock_hessian_of_a_hundred_unknowns_needs_three_colors():
     off = -400 * x[:-1]
     want = np.diag(diag) + np.diag(off, 1) + np.diag(off, -1)
     assert scaled_error(h, want) < 1e-13
+
+
+@pytest.mark.parametrize("make, size", [(lambda n: ad.spjacobian(NumericalFunction("tri", bratu, [Arg(n)])), 1000),
+                                        (lambda n: ad.sphessian(NumericalFunction("ros", rosenbrock, [Arg(n)])), 100)],
+                         ids=["bratu", "rosenbrock"])
+def test_a_banded_derivative_reads_its_products_where_they_are_computed(make, size):
+    """A banded pattern's coloring and CSC positions repeat with a small period: the seeds and the positions are
+    arithmetic, and the nonzeros are computed in one loop over whole periods (codegen/periodic.py) reading no table:
+    no kernel stores the compressed products, none loads an int32 position."""
+    f = make(size)
+    assert len(f.plan.items) <= 2  # the nonzeros, after a stored transcendental (bratu's exp)
+    assert f.plan.items[-1].bufs[0] is f.plan.outputs[0]
+    sink = lower(split_periodic(rangeify(f.plan.items[-1].ast)))
+    loop_loads = [u for u in sink.toposort() if u.op is Ops.LOAD and u.ranges]
+    assert loop_loads and all(u.dtype == dtypes.float64 for u in loop_loads), "a position table is read in the loop"
+    x = np.random.default_rng(8).uniform(-1, 1, size)
+    np.testing.assert_array_equal(f(x), f.call_kernels(x))  # compiled C++ and the C kernels agree
+
+
+def test_an_irregular_pattern_reads_its_positions_from_a_table():
+    """Positions with no period (random couplings) stay a constant table of int32 (the values are checked against
+    the dense derivative with the other cases)."""
+    assert any(b.dtype == dtypes.int32 and b.size == sparse("pair_products").nnz
+               for b in sparse("pair_products").plan.constants)
 
 
 @functools.cache
