@@ -9,6 +9,12 @@ The rules need no table of their own. A linear op (movement, sum, GATHER, CONTIG
 values, so its tangent is its lifted version (ad/batching.py) applied to its source's tangent. Any other op's
 tangent is the sum over its sources of tangent times partial derivative, and the partials are what the reverse-mode
 rules (`pm_gradient`) return for an incoming gradient of ones.
+
+The tangent arithmetic (tangent x partial, sums, negations) is marked TANGENT: a zero there is a structural zero
+(uop/symbolic.py, pm_structural_zeros). Once codegen sees a seed's zeros as constants (an unrolled output, a
+periodic coloring), the terms they start vanish, as a sparse AD tool writes them: an entry is not NaN because another
+partial along the same direction is inf, and the code holds only the terms each entry needs. Values differ from
+the IEEE evaluation only there and in the sign of a zero.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from ember.device import Device
 from ember.dtype import dtypes
 from ember.gradient import pm_gradient
 from ember.tensor import Tensor
-from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 
 LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.COPY, Ops.GATHER}
 
@@ -39,25 +45,36 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
         return lift_node(u, [(tans[u.src[0]], True), *((s, False) for s in u.src[1:])], size)
     t = {s: as_tensor(tans[s]) for s in u.src if s in tans}
     if u.op is Ops.ADD: return _sum([t.get(s) for s in u.src])
-    if u.op is Ops.SUB: return _sum([t.get(u.src[0]), -t[u.src[1]] if u.src[1] in t else None])
-    if u.op is Ops.NEG: return (-t[u.src[0]]).uop
+    if u.op is Ops.SUB: return _sum([t.get(u.src[0]), _neg(t[u.src[1]]) if u.src[1] in t else None])
+    if u.op is Ops.NEG: return _neg(t[u.src[0]]).uop
     if u.op is Ops.WHERE:
         zero = next(iter(t.values())).zeros_like()
         return as_tensor(u.src[0]).where(t.get(u.src[1], zero), t.get(u.src[2], zero)).uop
     partials = pm_gradient.rewrite(u, ctx=Tensor.ones(*u.shape, dtype=u.dtype))
     if partials is None: raise NotImplementedError(f"forward mode: no derivative rule for {u.op.name}")
     if u.op is Ops.REDUCE_AXIS:  # max or prod: a sum of the tangents weighted by d out / d x
-        weighted = (t[u.src[0]] * partials[0]).uop
+        weighted = _tangent(Ops.MUL, t[u.src[0]], partials[0]).uop
         return lift_node(u.replace(src=(u.src[0],), arg=(Ops.ADD, u.arg[1])), [(weighted, True)], size)
-    terms = [(t[s] * p).cast(u.dtype) for s, p in zip(u.src, partials, strict=True) if s in t and p is not None]
+    terms = [_tangent(Ops.MUL, t[s], p).cast(u.dtype) for s, p in zip(u.src, partials, strict=True)
+             if s in t and p is not None]
     return _sum(terms)
+
+
+def _tangent(op: Ops, a: Tensor, b: Tensor) -> Tensor:
+    """a op b (broadcast as Tensor arithmetic) marked as tangent arithmetic: its zeros are structural (see
+    uop/symbolic.py, pm_structural_zeros)."""
+    x, y = a._operands(op.name.lower(), b)
+    return x._wrap(UOp(op, x.dtype, (x.uop, y.uop), TANGENT))
+
+
+def _neg(t: Tensor) -> Tensor: return t._wrap(UOp(Ops.NEG, t.dtype, (t.uop,), TANGENT))
 
 
 def _sum(terms: Sequence[Tensor | None]) -> UOp | None:
     present = [x for x in terms if x is not None]
     if not present: return None
     out = present[0]
-    for x in present[1:]: out = out + x
+    for x in present[1:]: out = _tangent(Ops.ADD, out, x)
     return out.uop
 
 

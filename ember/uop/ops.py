@@ -109,6 +109,8 @@ class BufferArg:
 
 
 ConstType = float | int | bool
+TANGENT = "tangent"  # the arg of the MUL, ADD and NEG that forward mode builds on tangents (ad/forward.py): in
+# them a zero is a structural zero, which the symbolic rules fold whatever it meets (pm_structural_zeros)
 
 
 def _arg_key(arg: Any) -> Any:

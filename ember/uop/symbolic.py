@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from ember.dtype import DType, dtypes
 from ember.uop.interpret import exec_alu
-from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
 
 INTS: frozenset[DType] = frozenset(d for d in vars(dtypes).values() if isinstance(d, DType) and d.is_int)
@@ -257,7 +257,23 @@ pm_decide_comparisons = PatternMatcher([
     (UPat.var("x", INTS).maximum(UPat.var("y")), decide_max),
 ])
 
-symbolic = pm_fold_constants + pm_identities + pm_canonical_ints + pm_fold_divmod + pm_decide_comparisons
+def is_zero(z: UOp) -> bool: return z.arg == 0  # +0.0 and -0.0
+
+
+# A derivative's directions are seeded with exact zeros and ones; a zero tangent (a seed that is 0, a padding)
+# stands for "this term is absent", as JAX's symbolic zeros: it adds nothing and zeroes any product, whatever the
+# partial derivative it meets (inf and NaN included). IEEE arithmetic could not drop them (0 * inf is NaN,
+# -0.0 + 0.0 is +0.0), so forward mode marks its tangent arithmetic (arg TANGENT) and only that folds here.
+pm_structural_zeros = PatternMatcher([
+    (UPat(Ops.MUL, arg=TANGENT, src=[UPat.cvar("z", FLOATS), UPat()], name="m"),
+     lambda m, z: m.const_like(0.0) if is_zero(z) else None),
+    (UPat(Ops.ADD, arg=TANGENT, src=[UPat.cvar("z", FLOATS), UPat.var("x")]), lambda z, x: x if is_zero(z) else None),
+    (UPat(Ops.NEG, arg=TANGENT, src=(UPat.cvar("z", FLOATS),), name="n"),
+     lambda n, z: n.const_like(0.0) if is_zero(z) else None),
+])
+
+symbolic = pm_fold_constants + pm_identities + pm_canonical_ints + pm_fold_divmod + pm_decide_comparisons + \
+    pm_structural_zeros
 
 
 def simplify(x: UOp) -> UOp:

@@ -248,3 +248,15 @@ def test_jacobian_of_a_float32_function_is_float32_and_matches_torch():
     got = ad.jacobian(f)(x)
     want = torch.func.jacfwd(lambda t: t.sin() * t.exp() + (t * t).sum())(T(x)).numpy()
     assert got.dtype == np.float32 and scaled_error(got, want) < 1e-6
+
+
+def test_a_term_absent_from_a_derivative_is_zero_even_beside_an_infinite_partial():
+    """d(sqrt(x0) + x1)/dx1 is 1 at x0 = 0, where d sqrt(x0)/dx0 is inf: the x1 direction's tangent of sqrt(x0) is a
+    structural zero, not inf * 0 = NaN (torch.func.jacfwd gives NaN there). Elsewhere the values are torch's."""
+    f = NumericalFunction("f", lambda x: x[0].sqrt().stack(x[1] * 2.0) + x[1], [Arg(2)])
+    def theirs(x): return torch.func.jacfwd(lambda t: torch.stack([t[0].sqrt(), t[1] * 2.0]) + t[1])(
+        torch.tensor(x)).numpy()
+    got = ad.jacobian(f)(np.array([0.0, 3.0]))
+    np.testing.assert_array_equal(got, [[np.inf, 1.0], [0.0, 3.0]])
+    assert np.isnan(theirs([0.0, 3.0])[0, 1])
+    np.testing.assert_allclose(ad.jacobian(f)(np.array([0.25, 3.0])), theirs([0.25, 3.0]), rtol=1e-15)

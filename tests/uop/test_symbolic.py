@@ -548,3 +548,18 @@ def test_float_identities_hold_bit_for_bit(build, folds):
     expr = build(x)
     assert simplify(expr) is (x if folds else expr)
 
+
+
+def test_only_tangent_arithmetic_folds_a_zero_whatever_it_meets():
+    """A zero in forward mode's tangent arithmetic (arg TANGENT) is structural: 0 * x is 0 and 0 + x is x even for
+    an inf, NaN or -0.0 x. The same ops without the mark keep IEEE semantics (0 * inf is NaN): not folded."""
+    from ember.uop.ops import TANGENT
+    x = UOp(Ops.LOAD, dtypes.float64, (UOp(Ops.DEFINE_GLOBAL, dtypes.float64.ptr(1), arg=0),))
+    zero, neg_zero = UOp.const(dtypes.float64, 0.0), UOp.const(dtypes.float64, -0.0)
+    for z in (zero, neg_zero):
+        assert simplify(UOp(Ops.MUL, dtypes.float64, (z, x), TANGENT)).arg == 0.0
+        assert simplify(UOp(Ops.MUL, dtypes.float64, (x, z), TANGENT)).arg == 0.0
+        assert simplify(UOp(Ops.ADD, dtypes.float64, (x, z), TANGENT)) is x
+        assert simplify(UOp(Ops.NEG, dtypes.float64, (z,), TANGENT)).arg == 0.0
+    assert simplify(UOp(Ops.MUL, dtypes.float64, (zero, x))).op is Ops.MUL
+    assert simplify(UOp(Ops.ADD, dtypes.float64, (x, zero))).op is Ops.ADD
