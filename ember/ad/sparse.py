@@ -95,19 +95,26 @@ def _positions(where: np.ndarray) -> Tensor | None:
     computes the compressed products, whose unrolled period folds each position to an affine one. Else None."""
     n = len(where)
     for period in range(1, PERIOD_LIMIT + 1):
-        for head in range(min(PEEL_LIMIT, n) + 1):
-            for tail in range(min(PEEL_LIMIT, n - head) + 1):
-                middle = where[head:n - tail]
-                if len(middle) < 2 * period: continue
-                runs = [middle[s::period] for s in range(period)]
-                if not all(len(r) < 2 or np.all(np.diff(r) == r[1] - r[0]) for r in runs): continue
-                k = Tensor.arange(n)
-                q = (k - head).maximum(0).div(period, rounding_mode="trunc")
-                affine = _periodic((k - head).maximum(0), [int(r[0]) + int(r[1] - r[0] if len(r) > 1 else 0) * q
-                                                           for r in runs])
-                ends = np.where((np.arange(n) < head) | (np.arange(n) >= n - tail), where, 0)
-                return ((k < head) | (k >= n - tail)).where(_index(ends), affine).cast(dtypes.int32)
+        if n < 2 * PEEL_LIMIT + 3 * period: break  # too few runs of three to tell a pattern
+        step = where[period:] - where[:-period]
+        bad = np.flatnonzero(step[period:] != step[:-period])  # k, k+P, k+2P not evenly spaced
+        if len(bad) > 2 * (PEEL_LIMIT + period): continue
+        for head in range(PEEL_LIMIT + 1):
+            late = bad[bad >= head]
+            tail = max(0, n - 2 * period - int(late.min())) if len(late) else 0  # the tail holds k + 2P
+            if tail <= PEEL_LIMIT: return _affine_positions(where, period, head, tail)
     return None
+
+
+def _affine_positions(where: np.ndarray, period: int, head: int, tail: int) -> Tensor:
+    """where[k] as arithmetic in k: the `head` first and `tail` last by comparison with k, the others affine in
+    k's period (see _positions)."""
+    n, k = len(where), Tensor.arange(len(where))
+    q = (k - head).maximum(0).div(period, rounding_mode="trunc")
+    runs = [where[head + s:n - tail:period] for s in range(period)]
+    out = _periodic((k - head).maximum(0), [int(r[0]) + int(r[1] - r[0]) * q for r in runs])
+    for e in [*range(head), *range(n - tail, n)]: out = k.eq(e).where(int(where[e]), out)
+    return out.cast(dtypes.int32)  # the exceptions compare k too: peeled steps fold them
 
 
 def _recover(compressed: Tensor, where: np.ndarray) -> Tensor:

@@ -317,6 +317,22 @@ def test_a_banded_derivative_reads_its_products_where_they_are_computed(make, si
     np.testing.assert_array_equal(f(x), f.call_kernels(x))  # compiled C++ and the C kernels agree
 
 
+@pytest.mark.parametrize("n, offsets", [(40, (-1, 0, 1)), (50, (-1, 0)), (60, (0, 3)), (1000, (-1, 0, 1))])
+def test_positions_of_a_banded_pattern_are_arithmetic_and_exact(n, offsets):
+    """The CSC positions of a banded pattern's nonzeros in its compressed products, rebuilt as arithmetic in the
+    nonzero's number, are the table exactly; a shuffled table is not mistaken for one."""
+    from ember.ad.sparse import _positions
+    from ember.ad.sparsity import color_columns
+    pattern = np.zeros((n, n), dtype=bool)
+    for d in offsets: pattern |= np.eye(n, k=d, dtype=bool)
+    cols, rows = np.nonzero(pattern.T)
+    where = color_columns(pattern)[cols] * n + rows
+    positions = _positions(where)
+    assert positions is not None
+    np.testing.assert_array_equal(positions.numpy(), where)
+    assert _positions(np.random.default_rng(1).permutation(where)) is None
+
+
 def test_an_irregular_pattern_reads_its_positions_from_a_table():
     """Positions with no period (random couplings) stay a constant table of int32 (the values are checked against
     the dense derivative with the other cases)."""
