@@ -1,10 +1,11 @@
 """NumericalFunction: a function of fixed-shape arrays, traced once into kernels and called with numpy arrays.
 
-Tracing calls `fn` on placeholder tensors (buffers that stand for the arguments) and schedules its outputs. The
-result is a plan: the kernels in order and the buffers they read and write, each of one kind: an input (the
-placeholders), a constant (data captured from the closure, or computed from such data alone: those kernels run
-once, at trace time), an intermediate, or an output. Every output is a fresh C-contiguous buffer, also when `fn`
-returns an input or a view of one. The same plan is what generate_module writes as C++.
+Tracing calls `fn` on placeholder tensors (buffers that stand for the arguments); the outputs are scheduled when
+first needed (a call, an export). The result is a plan: the kernels in order and the buffers they read and write,
+each of one kind: an input (the placeholders), a constant (data captured from the closure, or computed from such
+data alone: those kernels run once, when the plan is made), an intermediate, or an output. Every output is a
+fresh C-contiguous buffer, also when `fn` returns an input or a view of one. The same plan is what
+generate_module writes as C++.
 
 >>> import numpy as np
 >>> f = NumericalFunction("energy", lambda x: (0.5 * x * x).sum(), [Arg((3,))])
@@ -76,13 +77,22 @@ class NumericalFunction:
             raise EmberError(f"NumericalFunction {name!r}: fn must return a Tensor or a tuple of Tensors, got {got}")
         self.traced_inputs, self.traced_outputs = placeholders, list(outs)
         self._native: Callable[..., Any] | bool | None = None  # built on the first call
-        self.plan = _plan([p._buffer() for p in placeholders], [o.contiguous() for o in outs])
+        self._planned: Plan | None = None
 
     @property
-    def output_shapes(self) -> list[tuple[int, ...]]: return self.plan.output_shapes
+    def plan(self) -> Plan:
+        """The kernels and buffers, scheduled when first needed: a function only ever used inside another (a
+        model traced into its jacobian) is never scheduled on its own."""
+        if self._planned is None:
+            inputs = [p._buffer() for p in self.traced_inputs]
+            self._planned = _plan(inputs, [o.contiguous() for o in self.traced_outputs])
+        return self._planned
 
     @property
-    def output_dtypes(self) -> list[DType]: return [b.dtype for b in self.plan.outputs]
+    def output_shapes(self) -> list[tuple[int, ...]]: return [o.shape for o in self.traced_outputs]
+
+    @property
+    def output_dtypes(self) -> list[DType]: return [o.dtype for o in self.traced_outputs]
 
     def _coerce(self, *values: Any) -> tuple[np.ndarray, ...]:
         """The arguments as C-ordered arrays of the argument dtypes, or the error naming what is wrong."""

@@ -43,7 +43,7 @@ def test_outputs_are_fresh_contiguous_arrays_even_when_they_alias_inputs():
     np.testing.assert_array_equal(first, x)  # an earlier result is not overwritten by the next call
 
 
-def test_kernels_of_constants_alone_run_once_at_trace_time():
+def test_kernels_of_constants_alone_run_once_when_planned():
     scale = Tensor(C)
     f = NumericalFunction("scaled", lambda x: x * (scale.exp() * 3).sum(1), [Arg((2,))])
     assert len(f.plan.items) == 1 and len(f.plan.constants) == 1
@@ -98,3 +98,15 @@ def test_a_function_called_on_tensors_checks_them(inner, error, fragment):
     f = NumericalFunction("f", lambda x: x.sum(), [Arg(3)])
     with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         NumericalFunction("g", lambda x: inner(f, x), [Arg(3)])
+
+
+def test_a_function_is_scheduled_when_first_needed_and_never_when_only_traced_into_another():
+    from ember.engine.realize import GlobalCounters
+    scale = Tensor(C)
+    inner = NumericalFunction("inner", lambda x: x * scale.exp().sum(), [Arg((2,))])  # the sum: a constant kernel
+    outer = NumericalFunction("outer", lambda x: inner(x) + 1, [Arg((2,))])
+    traced = GlobalCounters.kernel_count
+    x = RNG.standard_normal(2)
+    np.testing.assert_allclose(outer(x), x * np.exp(C).sum() + 1, rtol=1e-14)
+    assert GlobalCounters.kernel_count == traced + 1  # outer's plan ran its constant kernel; inner planned nothing
+    assert len(inner.plan.constants) == 1 and GlobalCounters.kernel_count == traced + 2  # now inner's, on demand
