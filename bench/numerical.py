@@ -261,8 +261,8 @@ def measure_ember(case: Case, folder: str) -> None:
     print(json.dumps({"what": what}), flush=True)
     for f in fns: f(*case.inputs)
     got: dict[str, Any] = {"what": what, "first": time.perf_counter() - start}
-    outputs = [np.asarray(out) for f in fns for out in (lambda o: o if isinstance(o, tuple) else (o,))(f(*case.inputs))]
-    outputs = [f.to_dense(o) if hasattr(f, "to_dense") else o for f, o in zip(fns, outputs, strict=False)]
+    outputs = [f.to_dense(out) if hasattr(f, "to_dense") else np.asarray(out) for f in fns
+               for out in (lambda o: o if isinstance(o, tuple) else (o,))(f(*case.inputs))]
     if any(hasattr(f, "colors") for f in fns): got["what"] += f" ({', '.join(str(f.colors) for f in fns)} colors)"
     np.savez(os.path.join(folder, "outputs.npz"), *outputs)  # for the check against CasADi
     print(json.dumps(got), flush=True)

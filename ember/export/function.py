@@ -30,6 +30,10 @@ from ember.schedule.kernelize import ExecItem, create_schedule
 from ember.tensor import Tensor
 
 
+class _TensorArguments(Exception):
+    """Raised by the argument check when a call's arguments are Tensors: __call__ then traces fn on them."""
+
+
 @dataclass(frozen=True)
 class Arg:
     """The shape and dtype of one argument of a NumericalFunction (float64 unless told otherwise)."""
@@ -95,7 +99,9 @@ class NumericalFunction:
     def output_dtypes(self) -> list[DType]: return [o.dtype for o in self.traced_outputs]
 
     def _coerce(self, *values: Any) -> tuple[np.ndarray, ...]:
-        """The arguments as C-ordered arrays of the argument dtypes, or the error naming what is wrong."""
+        """The arguments as C-ordered arrays of the argument dtypes, or the error naming what is wrong. (The native
+        call asks for this only when its arguments are not already such arrays: Tensors turn back here.)"""
+        if any(isinstance(v, Tensor) for v in values): raise _TensorArguments
         return tuple(np.asarray(a, dtype=to_numpy(arg.dtype), order="C")
                      for a, arg in zip(self._check(values), self.args, strict=True))
 
@@ -120,6 +126,9 @@ class NumericalFunction:
         The first call compiles the function into native code (cached on disk); later calls go straight to it.
         Called with Tensors (inside another function being traced, say), it is `fn` on them: its graph becomes part
         of the caller's, so functions compose and share their common work."""
+        if self._native:
+            try: return self._native(*values)
+            except _TensorArguments: return self.apply(*values)
         if any(isinstance(v, Tensor) for v in values): return self.apply(*values)
         if self._native is None:
             from ember.export.native import build_native
