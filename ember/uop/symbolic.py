@@ -257,6 +257,44 @@ pm_decide_comparisons = PatternMatcher([
     (UPat.var("x", INTS).maximum(UPat.var("y")), decide_max),
 ])
 
+def same_kind(*us: UOp) -> bool: return len({u.arg for u in us}) == 1  # all tangent arithmetic, or none of it
+
+
+def alu(like: UOp, op: Ops, *src: UOp) -> UOp:
+    """`op` on src, of like's dtype and kind (tangent arithmetic stays tangent arithmetic, see below)."""
+    return UOp(op, like.dtype, src, like.arg)
+
+
+def double_times(x: UOp, c: UOp, m: UOp, a: UOp) -> UOp | None:
+    """(x + x) * c -> x * 2c: x + x is 2x exactly; where it overflows, |c| >= 1 makes x * 2c overflow too."""
+    two_c = 2.0 * c.arg
+    if not same_kind(m, a) or abs(c.arg) < 1 or not math.isfinite(two_c): return None
+    return alu(m, Ops.MUL, x, x.const_like(two_c))
+
+
+# Negations moved into a constant or a subtraction: each rewrite gives the same bits for every input (IEEE negation
+# and rounding are symmetric; a - b is a + (-b)). Derivative rules produce many (d(-x), 2 * -(100 * ...)).
+pm_exact_floats = PatternMatcher([
+    (UPat(Ops.MUL, dtype=FLOATS, src=[UPat(Ops.NEG, src=(UPat.var("x"),), name="n"), UPat.cvar("c")], name="m"),
+     lambda m, n, x, c: alu(m, Ops.MUL, x, c.const_like(-c.arg)) if same_kind(m, n) else None),
+    (UPat(Ops.NEG, dtype=FLOATS, src=(UPat(Ops.MUL, src=[UPat.var("x"), UPat.cvar("c")], name="m"),), name="n"),
+     lambda n, m, x, c: alu(m, Ops.MUL, x, c.const_like(-c.arg)) if same_kind(n, m) else None),
+    (UPat(Ops.ADD, dtype=FLOATS, src=[UPat.var("a"), UPat(Ops.NEG, src=(UPat.var("b"),), name="n")], name="s"),
+     lambda s, n, a, b: alu(s, Ops.SUB, a, b) if same_kind(s, n) else None),
+    (UPat(Ops.SUB, dtype=FLOATS, src=(UPat.var("a"), UPat(Ops.NEG, src=(UPat.var("b"),), name="n")), name="s"),
+     lambda s, n, a, b: alu(s, Ops.ADD, a, b) if same_kind(s, n) else None),
+    (UPat(Ops.MUL, dtype=FLOATS, src=[UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x")), name="a"), UPat.cvar("c")],
+          name="m"), double_times),
+    (UPat(Ops.MUL, dtype=FLOATS, src=[UPat(Ops.NEG, src=(UPat.var("a"),), name="n"), UPat.var("b")], name="m"),
+     lambda m, n, a, b: alu(n, Ops.NEG, alu(m, Ops.MUL, a, b)) if same_kind(m, n) and b.op is not Ops.CONST else None),
+    (UPat(Ops.ADD, dtype=FLOATS, src=(UPat(Ops.NEG, src=(UPat.var("a"),), name="n1"),
+                                      UPat(Ops.NEG, src=(UPat.var("b"),), name="n2")), name="s"),
+     lambda s, n1, n2, a, b: alu(n1, Ops.NEG, alu(s, Ops.ADD, a, b)) if same_kind(s, n1, n2) else None),
+    (UPat(Ops.SUB, dtype=FLOATS, src=(UPat.var("a"), UPat.cvar("c")), name="s"),
+     lambda s, a, c: alu(s, Ops.ADD, a, c.const_like(-c.arg)) if c.arg < 0 else None),
+])
+
+
 def is_zero(z: UOp) -> bool: return z.arg == 0  # +0.0 and -0.0
 
 
@@ -270,10 +308,13 @@ pm_structural_zeros = PatternMatcher([
     (UPat(Ops.ADD, arg=TANGENT, src=[UPat.cvar("z", FLOATS), UPat.var("x")]), lambda z, x: x if is_zero(z) else None),
     (UPat(Ops.NEG, arg=TANGENT, src=(UPat.cvar("z", FLOATS),), name="n"),
      lambda n, z: n.const_like(0.0) if is_zero(z) else None),
+    (UPat(Ops.SUB, arg=TANGENT, src=(UPat.var("x"), UPat.cvar("z", FLOATS))), lambda x, z: x if is_zero(z) else None),
+    (UPat(Ops.SUB, arg=TANGENT, src=(UPat.cvar("z", FLOATS), UPat.var("x")), name="s"),
+     lambda s, z, x: alu(s, Ops.NEG, x) if is_zero(z) else None),
 ])
 
 symbolic = pm_fold_constants + pm_identities + pm_canonical_ints + pm_fold_divmod + pm_decide_comparisons + \
-    pm_structural_zeros
+    pm_exact_floats + pm_structural_zeros
 
 
 def simplify(x: UOp) -> UOp:

@@ -563,3 +563,31 @@ def test_only_tangent_arithmetic_folds_a_zero_whatever_it_meets():
         assert simplify(UOp(Ops.NEG, dtypes.float64, (z,), TANGENT)).arg == 0.0
     assert simplify(UOp(Ops.MUL, dtypes.float64, (zero, x))).op is Ops.MUL
     assert simplify(UOp(Ops.ADD, dtypes.float64, (x, zero))).op is Ops.ADD
+
+
+FLOAT_EDGES = [0.0, -0.0, 1.0, -2.5, 3e-310, -5e-324, 1e308, -1.7e308, float("inf"), float("-inf"), float("nan"),
+               0.1, 7.0, -1e-300]
+
+
+@pytest.mark.parametrize("name, build", [
+    ("neg_times_const", lambda x, y: (-x) * 100.0), ("const_times_neg", lambda x, y: UOp.const(dtypes.float64, -0.25)
+                                                     * (-x)),
+    ("neg_of_product", lambda x, y: -(x * 3.0)), ("plus_neg", lambda x, y: x + (-y)), ("neg_plus", lambda x, y: -x + y),
+    ("minus_neg", lambda x, y: x - (-y)), ("double_times", lambda x, y: (x + x) * 100.0),
+    ("double_times_small", lambda x, y: (x + x) * 0.25), ("chain", lambda x, y: -(-(x + x) * 100.0 + -y) * -2.0),
+    ("neg_times_var", lambda x, y: (-x) * y + (-y)), ("neg_plus_neg", lambda x, y: (-x) + (-y) + 1.0),
+    ("minus_negative_const", lambda x, y: x - (-2.0)),
+])
+def test_float_rewrites_keep_every_bit(name, build):
+    """The float rules (negations into constants and subtractions, (x + x) * c) give the same bits as the
+    expression as written, for zeros of both signs, subnormals, overflow, inf and NaN."""
+    x, y = UOp.variable("x", 0, 0, dtypes.float64), UOp.variable("y", 0, 0, dtypes.float64)
+    expr = build(x, y)
+    simple = simplify(expr)
+    count = lambda u: sum(n.op in GroupOp.ALU for n in u.toposort())  # noqa: E731
+    assert (count(simple) < count(expr)) == (name not in ("double_times_small", "minus_negative_const")), \
+        simple.render()
+    for a, b in itertools.product(FLOAT_EDGES, repeat=2):
+        want, got = evaluate(expr, {x: a, y: b}), evaluate(simple, {x: a, y: b})
+        assert (math.isnan(want) and math.isnan(got)) or \
+            np.float64(want).view(np.uint64) == np.float64(got).view(np.uint64), (name, a, b, want, got)
