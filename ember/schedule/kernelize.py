@@ -104,9 +104,11 @@ def scalar_program(outputs: list[UOp], consumers: dict[UOp, list[UOp]], realized
 
     A small function's outputs (a rollout, its jacobians) share most of their work: in one kernel the shared
     values are computed once (the graph is hash-consed) instead of stored by kernels of their own."""
+    small = [u for u in dict.fromkeys(outputs) if u in realized and 0 < prod(u.shape) <= UNROLL.value and
+             all(c.op is Ops.SINK for c in consumers[u])]
+    if len(small) < 2: return []  # the common case: no graph walk at all
     group, stores = [], 0
-    for u in dict.fromkeys(outputs):
-        if u not in realized or any(c.op is not Ops.SINK for c in consumers[u]): continue
+    for u in small:
         if (n := unrolled_stores(u)) and stores + n <= UNROLL.value: group, stores = [*group, u], stores + n
     return group if len(group) > 1 else []
 
