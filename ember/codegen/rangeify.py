@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ember.codegen.lowerer import reduce_identity
 from ember.dtype import DType, PtrDType, dtypes
-from ember.helpers import UNROLL, strides_for_shape
+from ember.helpers import UNROLL, prod, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
@@ -123,13 +123,27 @@ def index_movement(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
 
 
 def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
-    """A reduced axis of the result loops over a new REDUCE range; the others keep their index."""
+    """A reduced axis of the result loops over a new REDUCE range; the others keep their index.
+
+    Where the reduction has few results, a small reduced axis that the value branches on (a cat or stack being
+    summed) is unrolled instead, as small output axes are: each position folds to its branch, and positions share
+    their common work (a chain of cats summed at the end would otherwise rebuild every branch of every link per
+    position: exponential code). The terms are combined in the loop's order, from the identity, so a fully
+    unrolled sum is the loop's bit for bit."""
     src, (op, axes) = x.src[0], x.arg
     if any(src.shape[a] == 0 for a in axes): return reduce_identity(op, x.dtype)  # no loop that never runs
-    new_idx = tuple(ctx.new_range(s, AxisKind.REDUCE) if a in axes else i
+    # a few results (a loss, a norm: not a conv's or a pool's) of terms without loops of their own
+    small = prod(x.shape) <= UNROLL_AXIS_LIMIT and not any(n.op is Ops.REDUCE_AXIS for n in src.toposort())
+    unrolled = sorted(branching_axes(src, src.shape) & set(axes)) if small else []
+    new_idx = tuple(ctx.new_range(s, AxisKind.REDUCE) if a in axes and a not in unrolled else i
                     for a, (i, s) in enumerate(zip(idx, src.shape, strict=True)))
     ranges = tuple(new_idx[a] for a in axes if new_idx[a].op is Ops.RANGE)
-    value = at(src, valid, new_idx)
+    value = reduce_identity(op, x.dtype) if unrolled else None
+    for pos in itertools.product(*(range(src.shape[a]) for a in unrolled)):
+        fixed = dict(zip(unrolled, pos, strict=True))
+        term = at(src, valid, tuple(UOp.const(i.dtype, fixed[a]) if a in fixed else i for a, i in enumerate(new_idx)))
+        value = term if value is None else UOp(op, x.dtype, (value, term))
+    if value is None: value = at(src, valid, new_idx)
     return UOp(Ops.REDUCE, x.dtype, (value, *ranges), op) if ranges else value
 
 

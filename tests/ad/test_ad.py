@@ -376,8 +376,7 @@ def chained_cat(steps: int, is_contiguous: bool) -> Callable:
 
 
 @pytest.mark.parametrize("kind", [
-    pytest.param("forward", marks=pytest.mark.xfail(strict=True, reason="values read at several indices are never "
-                 "materialized: the fused kernel recomputes them per index, code grows exponentially")),
+    "forward",
     "gradient_of_contiguous_steps"])
 def test_chained_cat_code_grows_linearly_with_the_chain(kind):
     """Each step has one sin and (in the backward pass) one cos, so 5 steps need at most a few of each per output.
