@@ -7,13 +7,16 @@ tolerance chosen by the result dtype for floats (NaN equals NaN, infinities must
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from ember import Tensor
+from ember.export import Arg
 
 # Elementwise float tolerances: ember calls libm (expf, logf, ...), torch and numpy use their own vector math.
 # Reductions and matmul sum in another order than torch; their tests pass REDUCE_TOL.
@@ -94,3 +97,28 @@ def cpp_driver(module: str, fns: Sequence[Any], inputs: Sequence[Sequence[np.nda
             lines.append(f'    for (int i = 0; i < {int(np.prod(s))}; i++) std::printf("%a\\n", {o}[i]);')
         lines.append("  }")
     return "\n".join([*lines, "  return 0;", "}", ""])
+
+
+# ---- derivative test cases (tests/ad) ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    """One function in ember and in torch, its float argument shapes, the argnums to differentiate, where to sample.
+    `ints` are extra integer arguments (index tensors) given after the float ones, as (shape, upper bound)."""
+
+    name: str
+    ember: Callable
+    torch: Callable
+    shapes: tuple[tuple[int, ...], ...]
+    argnums: tuple[int, ...] = (0,)
+    low: float = -1.0
+    high: float = 1.0
+    ints: tuple[tuple[tuple[int, ...], int], ...] = ()
+
+    def inputs(self) -> list[np.ndarray]:
+        rng = np.random.default_rng(zlib.crc32(self.name.encode()))
+        floats = [rng.uniform(self.low, self.high, s) for s in self.shapes]
+        return floats + [rng.integers(0, bound, s) for s, bound in self.ints]
+
+    def args(self) -> list[Arg]:
+        return [Arg(s) for s in self.shapes] + [Arg(s, "int64") for s, _ in self.ints]

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ import torch
 from ember import Tensor, ad
 from ember.errors import ShapeError
 from ember.export import Arg, NumericalFunction, generate_module, render_module
-from tests.helpers import T, cpp_driver, scaled_error
+from tests.helpers import Case, T, cpp_driver, scaled_error
 
 RNG = np.random.default_rng(11)
 A = RNG.standard_normal((3, 3))
@@ -80,23 +79,6 @@ def cartpole_ember(s, u):
 
 def cartpole_torch(s, u):
     return torch.stack(rk4(lambda q: cartpole_deriv(q, u), (s[0], s[1], s[2], s[3]), 0.05, 3))
-
-
-@dataclass(frozen=True)
-class Case:
-    """One function in ember and in torch, its argument shapes, the argnums to test and where to sample."""
-
-    name: str
-    ember: Callable
-    torch: Callable
-    shapes: tuple[tuple[int, ...], ...]
-    argnums: tuple[int, ...] = (0,)
-    low: float = -1.0
-    high: float = 1.0
-
-    def inputs(self) -> list[np.ndarray]:
-        rng = np.random.default_rng(zlib.crc32(self.name.encode()))
-        return [rng.uniform(self.low, self.high, s) for s in self.shapes]
 
 
 SCALAR_CASES = [

@@ -14,7 +14,6 @@ import functools
 import math
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ import torch
 
 from ember import Tensor, ad
 from ember.export import Arg, NumericalFunction
-from tests.helpers import T, scaled_error
+from tests.helpers import Case, T, scaled_error
 
 RNG = np.random.default_rng(23)
 M5 = RNG.uniform(-0.5, 0.5, 5)
@@ -36,29 +35,6 @@ FD_TOL = 1e-6
 
 
 # ---- the cases ---------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Case:
-    """One function in ember and in torch, its float argument shapes, the argnums to differentiate, where to sample.
-    `ints` are extra integer arguments (index tensors) given after the float ones, as (shape, upper bound)."""
-
-    name: str
-    ember: Callable
-    torch: Callable
-    shapes: tuple[tuple[int, ...], ...]
-    argnums: tuple[int, ...] = (0,)
-    low: float = -1.0
-    high: float = 1.0
-    ints: tuple[tuple[tuple[int, ...], int], ...] = ()
-
-    def inputs(self) -> list[np.ndarray]:
-        rng = np.random.default_rng(zlib.crc32(self.name.encode()))
-        floats = [rng.uniform(self.low, self.high, s) for s in self.shapes]
-        return floats + [rng.integers(0, bound, s) for s, bound in self.ints]
-
-    def args(self) -> list[Arg]:
-        return [Arg(s) for s in self.shapes] + [Arg(s, "int64") for s, _ in self.ints]
-
 
 def conv_ember(x, w): return x.conv2d(w, Tensor(BIAS), padding=1, stride=2).tanh()
 
