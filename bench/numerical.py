@@ -33,7 +33,6 @@ import importlib
 import json
 import os
 import platform
-import shutil
 import signal
 import statistics
 import subprocess
@@ -60,28 +59,32 @@ TIMING_MAIN = """#include <algorithm>
 #include <vector>
 {includes}
 
-// Median seconds per call of f over 7 batches, each batch at least 20 ms (one call where that is longer).
-template <typename F>
-double per_call(F&& f) {{
+// Seconds per call of each function: batches of at least 10 ms, taken in turn (one batch of each per round, 15
+// rounds), the median batch of each. Taking turns lets a drift of the machine's speed hit every function alike.
+template <typename... F>
+void per_call(F&&... fs) {{
   using clock = std::chrono::steady_clock;
-  auto batch = [&](long n) {{
+  auto batch = [](auto& f, long n) {{
     const auto start = clock::now();
     for (long i = 0; i < n; i++) f();
     return std::chrono::duration<double>(clock::now() - start).count();
   }};
-  long n = 1;
-  while (batch(n) < 0.02) n *= 2;
-  std::vector<double> times;
-  for (int r = 0; r < 7; r++) times.push_back(batch(n) / static_cast<double>(n));
-  std::sort(times.begin(), times.end());
-  return times[3];
+  auto calls = [&](auto& f) {{ long n = 1; while (batch(f, n) < 0.01) n *= 2; return n; }};
+  const std::vector<long> n{{calls(fs)...}};
+  std::vector<std::vector<double>> times(sizeof...(fs));
+  for (int r = 0; r < 15; r++) {{
+    std::size_t k = 0;
+    ((times[k].push_back(batch(fs, n[k]) / static_cast<double>(n[k])), k++), ...);
+  }}
+  for (auto& t : times) {{
+    std::sort(t.begin(), t.end());
+    std::printf("%.9g\\n", t[t.size() / 2]);
+  }}
 }}
 
 int main() {{
 {body}
-  std::printf("%.9g\\n", per_call([&] {{
-{calls}
-  }}));
+  per_call({calls});
   return 0;
 }}
 """
@@ -232,14 +235,28 @@ def compile_cxx(sources: Sequence[str], out: str, extra: Sequence[str] = ()) -> 
     if done.returncode: raise RuntimeError(f"{CXX} failed on {sources}:\n{done.stderr[-3000:]}")
 
 
-def run_timing_main(folder: str, sources: Sequence[str], includes: str, body: list[str], calls: list[str]) -> float:
-    """Seconds per iteration of `calls` in a compiled C++ loop."""
+@dataclass
+class NativeCall:
+    """One framework's generated code, as a C++ loop times it: its sources and header, the statements that set up
+    its inputs, outputs and workspace, and the statements of one call."""
+    sources: list[str]
+    include: str
+    setup: list[str]
+    call: list[str]
+
+
+def time_native(folder: str, natives: Sequence[NativeCall]) -> list[float]:
+    """Seconds per call of each, timed in turns by one compiled C++ loop (TIMING_MAIN)."""
     main = os.path.join(folder, "timing_main.cpp")
+    lambdas = ", ".join("[&] {\n" + "\n".join(f"    {c}" for c in n.call) + "\n  }" for n in natives)
     with open(main, "w") as fh:
-        fh.write(TIMING_MAIN.format(includes=includes, body="\n".join(body), calls="\n".join(calls)))
+        fh.write(TIMING_MAIN.format(includes="\n".join(n.include for n in natives),
+                                    body="\n".join(line for n in natives for line in n.setup), calls=lambdas))
     exe = os.path.join(folder, "timing")
-    compile_cxx([main, *sources], exe, [f"-I{folder}"])
-    return float(subprocess.run([exe], capture_output=True, text=True, check=True).stdout)
+    compile_cxx([main, *(src for n in natives for src in n.sources)], exe, [f"-I{os.path.dirname(n.sources[0])}"
+                                                                            for n in natives])
+    out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    return [float(line) for line in out.split()]
 
 
 def c_array(name: str, values: np.ndarray, const: bool = True) -> str:
@@ -270,22 +287,20 @@ def measure_ember(case: Case, folder: str) -> None:
     print(json.dumps(got), flush=True)
     module = f"ember_{case.key.replace('-', '_')}"
     generate_module(module, fns, folder)
-    body = [c_array(f"in{i}", a) for i, a in enumerate(case.inputs)]
+    setup = [c_array(f"e_in{i}", a) for i, a in enumerate(case.inputs)]
     calls = []
     for j, f in enumerate(fns):
-        body.append(f"  auto ws{j} = {module}::{f.name}::make_ws();")
-        outs = [f"f{j}_out{k}" for k in range(len(f.output_shapes))]
-        body += [c_array(o, np.zeros(shape), const=False) for o, shape in zip(outs, f.output_shapes, strict=True)]
-        args = [f"in{i}" for i in range(len(case.inputs))] + outs + [f"ws{j}->bytes"]
-        calls.append(f"    {module}::{f.name}::call_raw({', '.join(args)});")
-    got["cpp"] = run_timing_main(folder, [os.path.join(folder, f"{module}.cpp")], f'#include "{module}.hpp"', body,
-                                 calls)
-    print(json.dumps(got), flush=True)
+        setup.append(f"  auto e_ws{j} = {module}::{f.name}::make_ws();")
+        outs = [f"e_f{j}_out{k}" for k in range(len(f.output_shapes))]
+        setup += [c_array(o, np.zeros(shape), const=False) for o, shape in zip(outs, f.output_shapes, strict=True)]
+        args = [f"e_in{i}" for i in range(len(case.inputs))] + outs + [f"e_ws{j}->bytes"]
+        calls.append(f"{module}::{f.name}::call_raw({', '.join(args)});")
+    native = NativeCall([os.path.join(folder, f"{module}.cpp")], f'#include "{module}.hpp"', setup, calls)
+    with open(os.path.join(folder, "native.json"), "w") as fh: json.dump(native.__dict__, fh)
 
 
-def ember_in_fresh_process(case: Case, limit: float) -> dict[str, Any]:
+def ember_in_fresh_process(case: Case, limit: float, folder: str) -> dict[str, Any]:
     """measure_ember in a new Python process with an empty EMBER_CACHE, stopped after `limit` seconds."""
-    folder = tempfile.mkdtemp(prefix=f"ember-bench-{case.key}-")
     env = dict(os.environ, EMBER_CACHE=os.path.join(folder, "cache"))
     cmd = [sys.executable, os.path.abspath(__file__), "--ember-case", case.key, "--folder", folder]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -300,11 +315,13 @@ def ember_in_fresh_process(case: Case, limit: float) -> dict[str, Any]:
     if os.path.exists(saved := os.path.join(folder, "outputs.npz")):
         with np.load(saved) as data: outputs = [data[k] for k in data.files]
     else: outputs = []
-    shutil.rmtree(folder, ignore_errors=True)
+    if os.path.exists(saved := os.path.join(folder, "native.json")):
+        with open(saved) as fh: native = NativeCall(**json.load(fh))
     lines = [line for line in out.splitlines() if line.startswith("{")]
     got = json.loads(lines[-1]) if lines else {}
-    measured = [k for k in ("first", "python", "cpp") if k in got]
+    measured = [k for k in ("first", "python") if k in got]
     got["outputs"] = outputs
+    if os.path.exists(saved): got["native"] = native
     if stopped: got["error"] = f"stopped after {limit:.0f} s with {', '.join(measured) or 'nothing'} measured"
     elif proc.returncode: got["error"] = f"failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}"
     return got
@@ -329,17 +346,18 @@ def measure_casadi(case: Case, ca: Any, folder: str) -> dict[str, Any]:
     python = per_call(lambda: function(*case.inputs))
     python_compiled = per_call(lambda: compiled(*case.inputs))
     fn = function.name()
-    body = [c_array(f"in{i}", a) for i, a in enumerate(case.inputs)]
-    body += ["  casadi_int n_arg, n_res, n_iw, n_w;", f"  {fn}_work(&n_arg, &n_res, &n_iw, &n_w);",
-             "  std::vector<const double*> arg(n_arg);", "  std::vector<double*> res(n_res);",
-             "  std::vector<casadi_int> iw(n_iw);", "  std::vector<double> w(n_w);",
-             f"  {fn}_incref();", f"  const int mem = {fn}_checkout();"]
-    body += [f"  arg[{i}] = in{i};" for i in range(len(case.inputs))]
+    setup = [c_array(f"c_in{i}", a) for i, a in enumerate(case.inputs)]
+    setup += ["  casadi_int n_arg, n_res, n_iw, n_w;", f"  {fn}_work(&n_arg, &n_res, &n_iw, &n_w);",
+              "  std::vector<const double*> arg(n_arg);", "  std::vector<double*> res(n_res);",
+              "  std::vector<casadi_int> iw(n_iw);", "  std::vector<double> w(n_w);",
+              f"  {fn}_incref();", f"  const int mem = {fn}_checkout();"]
+    setup += [f"  arg[{i}] = c_in{i};" for i in range(len(case.inputs))]
     for k in range(function.n_out()):
-        body += [f"  std::vector<double> out{k}({max(function.nnz_out(k), 1)});", f"  res[{k}] = out{k}.data();"]
-    calls = [f"    {fn}(arg.data(), res.data(), iw.data(), w.data(), mem);"]
-    cpp = run_timing_main(folder, [os.path.join(folder, f"{name}.cpp")], f'#include "{name}.h"', body, calls)
-    return {"first": first, "python": python, "python_compiled": python_compiled, "cpp": cpp, "outputs": outputs}
+        setup += [f"  std::vector<double> c_out{k}({max(function.nnz_out(k), 1)});", f"  res[{k}] = c_out{k}.data();"]
+    native = NativeCall([os.path.join(folder, f"{name}.cpp")], f'#include "{name}.h"', setup,
+                        [f"{fn}(arg.data(), res.data(), iw.data(), w.data(), mem);"])
+    return {"first": first, "python": python, "python_compiled": python_compiled, "native": native,
+            "outputs": outputs}
 
 
 def measure_jax(case: Case, jax: Any, jnp: Any) -> dict[str, Any]:
@@ -434,9 +452,13 @@ def main() -> None:
 def measure_case(case: Case, ca: Any, jax: Any, jnp: Any, dense_limit: float) -> dict[str, dict[str, Any]]:
     """Every framework's measurements of one case; ember's in a process of its own."""
     start = time.perf_counter()
-    got = {"ember": ember_in_fresh_process(case, dense_limit if case.limited else 600)}
-    with tempfile.TemporaryDirectory(prefix="casadi-bench-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{case.key}-") as folder:
+        os.mkdir(ember_folder := os.path.join(folder, "ember"))
+        got = {"ember": ember_in_fresh_process(case, dense_limit if case.limited else 600, ember_folder)}
         if ca is not None: got["casadi"] = measure_casadi(case, ca, folder)
+        timed = [fw for fw in ("ember", "casadi") if "native" in got.get(fw, {})]
+        for fw, seconds in zip(timed, time_native(folder, [got[fw]["native"] for fw in timed]), strict=True):
+            got[fw]["cpp"] = seconds
     if jax is not None: got["jax"] = measure_jax(case, jax, jnp)
     what = "; ".join(got["ember"][k] for k in ("what", "error") if k in got["ember"])
     print(f"{case.key}: {case.title}: done in {time.perf_counter() - start:.0f} s; ember: {what}", flush=True)

@@ -78,7 +78,7 @@ class CppRenderer(CRenderer):
 
     prelude = ""
     restrict = "__restrict"
-    straight_line = "EMBER_STRAIGHT_LINE "  # defined in module.cpp.j2
+    kernel_attribute = "EMBER_KERNEL "  # defined in module.cpp.j2
     matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp)]) + pm_libm_global + pm_render_c
 
 

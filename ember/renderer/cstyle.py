@@ -143,7 +143,7 @@ class CRenderer(Renderer):
     prelude = PRELUDE
     restrict = "restrict"
     linkage = ""  # "static " for kernels private to one translation unit
-    straight_line = ""  # what a kernel without loops is declared with, before its `void`
+    kernel_attribute = ""  # what each kernel is declared with, before its `void`
     matcher = pm_render_c
 
     def render(self, name: str, uops: list[UOp]) -> str:
@@ -196,6 +196,5 @@ class CRenderer(Renderer):
                     if u.dtype.scalar is dtypes.bfloat16 and u.op is not Ops.LOAD: code = f"bf16_round({code})"
                     names[u] = fresh("val" if u.op is Ops.LOAD else "alu")
                     body.append(f"{pad}const {c_type(u.dtype)} {names[u]} = {code};")
-        lead = self.linkage + ("" if any(u.op is Ops.RANGE for u in uops) else self.straight_line)
-        signature = f"{lead}void {name}({', '.join(p for _, p in sorted(params))})"
+        signature = f"{self.linkage}{self.kernel_attribute}void {name}({', '.join(p for _, p in sorted(params))})"
         return signature + " {\n" + "\n".join(body) + "\n}\n"

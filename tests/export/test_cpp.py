@@ -88,13 +88,13 @@ def test_generate_module_writes_both_files(tmp_path):
     assert [os.path.basename(p) for p in paths] == ["mod.hpp", "mod.cpp"] and all(os.path.exists(p) for p in paths)
 
 
-def test_only_kernels_without_loops_turn_off_gccs_basic_block_vectorizer():
-    """An unrolled kernel (a stack of scalars) is declared EMBER_STRAIGHT_LINE, a loop is not; the macro is
-    defined for every compiler (empty but for g++)."""
+def test_kernels_turn_off_gccs_basic_block_vectorizer():
+    """Every kernel, unrolled (a stack of scalars) or a loop, is declared EMBER_KERNEL; the macro is defined for
+    every compiler (g++'s basic-block vectorizer off, empty for the others)."""
     scalar = NumericalFunction("scalar", lambda x: Tensor.stack(x[0].sin() * x[1], x[1] + x[2]), [Arg(3)])
     looped = NumericalFunction("looped", lambda x: (x * 2).sin(), [Arg(100)])
     _, source = render_module("m", [scalar, looped])
     declared = [line for line in source.splitlines() if "_k0_" in line and line.endswith("{")]
-    assert [line.split("(")[0] for line in declared] == ["EMBER_STRAIGHT_LINE void scalar_k0_E_2",
-                                                         "void looped_k0_E_100"]
-    assert source.count("#define EMBER_STRAIGHT_LINE") == 2  # g++, and empty for the others
+    assert [line.split("(")[0] for line in declared] == ["EMBER_KERNEL void scalar_k0_E_2",
+                                                         "EMBER_KERNEL void looped_k0_E_100"]
+    assert source.count("#define EMBER_KERNEL") == 2  # g++, and empty for the others
