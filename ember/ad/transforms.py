@@ -46,7 +46,7 @@ def vjp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
         out = _single(f, xs[:-1], "vjp")
         return _grad(out, xs[a], xs[-1].cast(out.dtype))
     return NumericalFunction(f"{f.name}_vjp", fn, [*f.args, Arg(out_shape, f.output_dtypes[0])],
-                             _names(f, "cotangent"))
+                             _names(f, "cotangent"), lazy=True)
 
 
 def jvp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
@@ -57,7 +57,7 @@ def jvp(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
         out = _single(f, xs[:-1], "jvp")
         v = xs[-1].cast(xs[a].dtype).reshape(1, *xs[a].shape)
         return as_tensor(tangents([out.uop], {xs[a].uop: v.uop}, 1)[0]).reshape(out.shape)
-    return NumericalFunction(f"{f.name}_jvp", fn, [*f.args, f.args[a]], _names(f, "tangent"))
+    return NumericalFunction(f"{f.name}_jvp", fn, [*f.args, f.args[a]], _names(f, "tangent"), lazy=True)
 
 
 def gradient(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
@@ -67,7 +67,7 @@ def gradient(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
         raise ShapeError(f"gradient: {f.name} must return one scalar, not outputs of shapes {f.output_shapes}; "
                          f"use jacobian or vjp")
     return NumericalFunction(f"{f.name}_grad", lambda *xs: _grad(_single(f, xs, "gradient").sum(), xs[a]), f.args,
-                             f.arg_names)
+                             f.arg_names, lazy=True)
 
 
 def jacobian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
@@ -75,7 +75,7 @@ def jacobian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
     a = _argnum(f, argnum, "jacobian")
     if len(f.output_shapes) != 1: raise ShapeError(f"jacobian: {f.name} must have one output")
     return NumericalFunction(f"{f.name}_jac", lambda *xs: _jacobian(_single(f, xs, "jacobian"), xs[a]), f.args,
-                             f.arg_names)
+                             f.arg_names, lazy=True)
 
 
 def hessian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
@@ -141,7 +141,7 @@ def vmap(f: NumericalFunction, in_axes: int | None | Sequence[int | None] = 0, *
         lifted = [as_tensor(u if batched else broadcast_front(u, axis_size))
                   for u, batched in lift([o.uop for o in outs], subst, axis_size)]
         return lifted[0] if isinstance(traced, Tensor) else tuple(lifted)
-    return NumericalFunction(f"{f.name}_vmap", fn, args, f.arg_names)
+    return NumericalFunction(f"{f.name}_vmap", fn, args, f.arg_names, lazy=True)
 
 
 __all__ = ["vjp", "jvp", "gradient", "jacobian", "hessian", "vmap"]

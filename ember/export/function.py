@@ -68,20 +68,39 @@ class NumericalFunction:
     run once when it is traced."""
 
     def __init__(self, name: str, fn: Callable[..., Any], args: Sequence[Arg],
-                 arg_names: Sequence[str] | None = None) -> None:
+                 arg_names: Sequence[str] | None = None, *, lazy: bool = False) -> None:
+        """`lazy`: trace `fn` when first needed, not now (the transforms: their checks need only the function they
+        transform, and a derivative used only inside another function is then never traced on its own)."""
         if not name.isidentifier(): raise ValueError(f"NumericalFunction: name {name!r} must be an identifier")
         self.name, self.fn, self.args = name, fn, [a if isinstance(a, Arg) else Arg(a) for a in args]
         self.arg_names = list(arg_names) if arg_names is not None else _parameter_names(fn, len(self.args))
-        placeholders = placeholders_for(self.args)
-        with tracing(placeholders): outs = fn(*placeholders)
-        self.single = isinstance(outs, Tensor)
-        outs = (outs,) if self.single else outs
-        if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, Tensor) for o in outs):
-            got = [type(o).__name__ for o in outs] if isinstance(outs, (tuple, list)) else type(outs).__name__
-            raise EmberError(f"NumericalFunction {name!r}: fn must return a Tensor or a tuple of Tensors, got {got}")
-        self.traced_inputs, self.traced_outputs = placeholders, list(outs)
+        self._traced: tuple[list[Tensor], list[Tensor], bool] | None = None
         self._native: Callable[..., Any] | bool | None = None  # built on the first call
         self._planned: Plan | None = None
+        if not lazy: self._trace()
+
+    def _trace(self) -> tuple[list[Tensor], list[Tensor], bool]:
+        """(placeholders, outputs, whether fn returns one Tensor): fn run once on placeholders."""
+        if self._traced is None:
+            placeholders = placeholders_for(self.args)
+            with tracing(placeholders): outs = self.fn(*placeholders)
+            single = isinstance(outs, Tensor)
+            outs = (outs,) if single else outs
+            if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, Tensor) for o in outs):
+                got = [type(o).__name__ for o in outs] if isinstance(outs, (tuple, list)) else type(outs).__name__
+                raise EmberError(f"NumericalFunction {self.name!r}: fn must return a Tensor or a tuple of Tensors, "
+                                 f"got {got}")
+            self._traced = (placeholders, list(outs), single)
+        return self._traced
+
+    @property
+    def traced_inputs(self) -> list[Tensor]: return self._trace()[0]
+
+    @property
+    def traced_outputs(self) -> list[Tensor]: return self._trace()[1]
+
+    @property
+    def single(self) -> bool: return self._trace()[2]
 
     @property
     def plan(self) -> Plan:
@@ -148,7 +167,7 @@ class NumericalFunction:
             if t.dtype is not a.dtype:
                 raise DTypeError(f"{self.name}: argument {i} has dtype {t.dtype.name}, expected {a.dtype.name}")
         out = self.fn(*tensors)
-        return out if self.single else tuple(out)
+        return out if isinstance(out, Tensor) else tuple(out)
 
     def call_kernels(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """The slow path: run the traced kernels one by one from Python (no C++ compiler needed)."""

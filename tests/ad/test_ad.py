@@ -339,6 +339,26 @@ def test_a_function_with_its_jacobians_is_one_kernel_equal_to_the_separate_funct
     for got, want in zip(both(*inputs), separate, strict=True): np.testing.assert_array_equal(got, want)
 
 
+def test_a_derivative_is_traced_when_first_needed():
+    """A transform checks its input at once but traces when first needed: a derivative used only inside another
+    function is never traced on its own (fn runs once for f, once per use of it inside `both`)."""
+    runs = []
+    def fn(x: Tensor) -> Tensor:
+        runs.append(x.shape)
+        return (x * x * x).sum()
+    f = NumericalFunction("cube", fn, [Arg(3)])
+    grad = ad.gradient(f)
+    assert len(runs) == 1
+    both = NumericalFunction("both", lambda x: (f(x), grad(x)), f.args)
+    assert len(runs) == 3
+    x = np.array([1.0, -2.0, 0.5])
+    value, slope = both(x)
+    np.testing.assert_allclose(value, (x ** 3).sum(), rtol=1e-15)
+    np.testing.assert_allclose(slope, 3 * x ** 2, rtol=1e-15)
+    assert len(runs) == 3
+    assert grad.output_shapes == [(3,)] and len(runs) == 4  # its own trace, now that something asks for it
+
+
 def test_a_function_named_like_the_libm_function_it_calls_compiles():
     f = NumericalFunction("sin", lambda x: x.sin(), [Arg(3)])  # found as ember.ad's case "atan2" (which calls atan2)
     x = np.array([0.5, 1.0, 2.0])
