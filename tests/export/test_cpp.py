@@ -98,3 +98,25 @@ def test_kernels_turn_off_gccs_basic_block_vectorizer():
     assert [line.split("(")[0] for line in declared] == ["EMBER_KERNEL void scalar_k0_E_2",
                                                          "EMBER_KERNEL void looped_k0_E_100"]
     assert source.count("#define EMBER_KERNEL") == 2  # g++, and empty for the others
+
+
+@pytest.mark.parametrize("cxx", CXX)
+def test_a_module_holds_only_the_helpers_its_kernels_call(cxx, tmp_path):
+    """Helpers in the anonymous namespace that nothing calls are a -Wunused-function error (clang++): a float64
+    module has none, a bitcast brings bit_cast alone, bfloat16 arithmetic the three bf16 helpers; each compiles
+    under -Werror and the bitcast agrees with numpy's view."""
+    from ember import dtypes
+    helpers = ("bf16_load", "bf16_bits", "bf16_round", "bit_cast")
+    cases = {"plain": (NumericalFunction("plain", lambda x: x * 2, [Arg(3)]), set()),
+             "bits": (NumericalFunction("bits", lambda x: x.bitcast(dtypes.int64) + 1, [Arg(3)]), {"bit_cast"}),
+             "half": (NumericalFunction("half", lambda x: (x.cast(dtypes.bfloat16) * 3).cast(dtypes.float32),
+                                        [Arg(3, dtypes.float32)]), {"bf16_load", "bf16_bits", "bf16_round"})}
+    for name, (f, want) in cases.items():
+        _, source = render_module("mod", [f])
+        prelude = source.split("// ----")[0]
+        assert {h for h in helpers if f" {h}(" in prelude} == want, name
+        folder = tmp_path / name
+        generate_module("mod", [f], str(folder))
+        subprocess.run([cxx, *FLAGS, "-c", "-o", str(folder / "mod.o"), str(folder / "mod.cpp")], check=True)
+    x = np.array([1.0, -0.0, 2.5])
+    np.testing.assert_array_equal(cases["bits"][0](x), x.view(np.int64) + 1)
