@@ -26,6 +26,7 @@ from ember.device import write_atomically
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
 from ember.helpers import cache_dir
+from ember.runtime.ops_cpu import pick_compiler
 
 if TYPE_CHECKING:
     from ember.export.function import NumericalFunction
@@ -34,27 +35,26 @@ CXX_FLAGS = ["-std=c++17", "-O2", "-march=native", "-fPIC", "-shared", "-fno-mat
              "-fwrapv"]
 
 
-def find_cxx() -> str | None:
-    """$CXX, else clang++, else g++, else c++ (as the CPU backend picks its C compiler). clang++ first: on the
+def find_cxx(float16: bool = False) -> str | None:
+    """$CXX, else clang++, else g++, else c++; for code with float16 the first that compiles it (see
+    runtime/ops_cpu.pick_compiler). clang++ first: on the
     straight-line code of an unrolled rollout and its jacobians it compiles in half g++'s time, and its code was
     no slower (measured: cart-pole RK4 + jacobians, 10.7k operations, -O2: 1.4 s against 3.0 s; 3.7 µs against
     4.0 µs)."""
-    for cxx in (os.environ.get("CXX", ""), "clang++", "g++", "c++"):
-        if cxx and any(os.access(os.path.join(p, cxx), os.X_OK) for p in os.environ.get("PATH", "").split(":")):
-            return cxx
-    return None
+    return pick_compiler(os.environ.get("CXX"), ("clang++", "g++", "c++"), "c++", float16)
 
 
 def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
     """The compiled `call` of f, or None where it cannot be built (no C++ compiler or Python headers, a dtype
     numpy has no C type for): then f runs kernel by kernel from Python."""
-    cxx = find_cxx()
     include = sysconfig.get_paths()["include"]
-    if cxx is None or not os.path.exists(os.path.join(include, "Python.h")): return None
+    if find_cxx() is None or not os.path.exists(os.path.join(include, "Python.h")): return None
     if any(a.dtype.name == "bfloat16" for a in f.args) or any(b.dtype.name == "bfloat16" for b in f.plan.outputs):
         return None
     ctx = module_context(f"ember_{f.name}", [f])
     header, source = render_templates(ctx)
+    cxx = find_cxx(float16="_Float16" in header + source)
+    assert cxx is not None
     key_text = "\0".join([header, source, cxx, *CXX_FLAGS, sys.version, np.__version__])
     ext = f"ember_{f.name}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
     wrapper = _ENV.get_template("extension.cpp.j2").render(ext=ext, module=ctx["module"], f=ctx["functions"][0])

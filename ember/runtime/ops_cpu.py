@@ -7,6 +7,7 @@ Flags: -O2 -march=native for speed; -fwrapv because ember's integers wrap (as it
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import re
@@ -27,9 +28,26 @@ C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract
 
 def find_c_compiler() -> str:
     """clang if present, else gcc, else cc; $CC overrides."""
-    for name in (os.getenv("CC"), "clang", "gcc", "cc"):
-        if name and shutil.which(name): return name
-    raise FileNotFoundError("no C compiler found (looked for $CC, clang, gcc, cc)")
+    cc = pick_compiler(os.getenv("CC"), ("clang", "gcc", "cc"), "c", float16=True)  # any kernel may hold float16
+    if cc is None: raise FileNotFoundError("no C compiler found (looked for $CC, clang, gcc, cc)")
+    return cc
+
+
+def pick_compiler(override: str | None, candidates: tuple[str, ...], language: str, float16: bool) -> str | None:
+    """`override` where it is on PATH, else the first candidate there, or for code with `float16` the first that
+    compiles _Float16 (clang before 15 and gcc before 12 reject it on x86; where none does, the first, whose
+    error then names the type). None if no candidate is on PATH."""
+    if override and shutil.which(override): return override
+    present = [c for c in candidates if shutil.which(c)]
+    if float16: return next((c for c in present if takes_float16(c, language)), present[0] if present else None)
+    return present[0] if present else None
+
+
+@functools.cache
+def takes_float16(compiler: str, language: str) -> bool:
+    probe = subprocess.run([compiler, "-x", language, "-c", "-o", os.devnull, "-"], capture_output=True, text=True,
+                           input="_Float16 twice(_Float16 x) { return x + x; }\n")
+    return probe.returncode == 0
 
 
 class CCompiler(Compiler):

@@ -328,3 +328,26 @@ def test_compiling_a_kernel_fills_the_cache(build: Callable[[], Tensor], want: l
     t = build()
     assert t.numpy().tolist() == want
     assert [p for p in cache_files(cache) if "compile" in p.parts], "the compiled kernel is cached"
+
+
+def test_compiler_choice_passes_over_one_that_rejects_float16(tmp_path, monkeypatch):
+    """clang before 15 rejects _Float16 on x86: for code that may hold float16 the next compiler is taken (the
+    first one where none takes it, so its error names the type); $CC wins whatever it takes. Fake compilers on
+    PATH: `oldcc` fails on any source naming _Float16, `newcc` compiles everything."""
+    from ember.runtime.ops_cpu import pick_compiler
+    for name, rejects in (("oldcc", True), ("newcc", False)):
+        script = tmp_path / name
+        script.write_text("#!/bin/sh\n" + ("grep -q _Float16 && exit 1\n" if rejects else "cat > /dev/null\n") +
+                          "exit 0\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert pick_compiler(None, ("oldcc", "newcc"), "c", float16=True) == "newcc"
+    assert pick_compiler(None, ("oldcc", "newcc"), "c", float16=False) == "oldcc"
+    assert pick_compiler(None, ("oldcc", "missingcc"), "c", float16=True) == "oldcc"
+    assert pick_compiler("oldcc", ("newcc",), "c", float16=True) == "oldcc"
+    assert pick_compiler(None, ("missingcc",), "c", float16=True) is None
+
+
+def test_float16_kernels_compile_with_the_chosen_compiler():
+    x = np.array([0.1, 1.5, -3.25], dtype=np.float16)
+    np.testing.assert_array_equal((Tensor(x) * 3).numpy(), x * np.float16(3))
