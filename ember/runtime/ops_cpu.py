@@ -45,8 +45,17 @@ def pick_compiler(override: str | None, candidates: tuple[str, ...], language: s
 
 @functools.cache
 def takes_float16(compiler: str, language: str) -> bool:
+    """Compiles a one-line probe once per compiler binary; the answer is kept in the cache directory (by the
+    binary's path, size and time), so a warm process runs no compiler at all."""
+    binary = os.path.realpath(shutil.which(compiler) or compiler)
+    stat = os.stat(binary)
+    key = hashlib.sha256(f"{binary}\0{stat.st_size}\0{stat.st_mtime_ns}\0{language}".encode()).hexdigest()[:16]
+    record = os.path.join(cache_dir(), "compilers", f"float16-{key}")
+    if os.path.exists(record):
+        with open(record, "rb") as fh: return fh.read() == b"yes"
     probe = subprocess.run([compiler, "-x", language, "-c", "-o", os.devnull, "-"], capture_output=True, text=True,
                            input="_Float16 twice(_Float16 x) { return x + x; }\n")
+    write_atomically(record, b"yes" if probe.returncode == 0 else b"no")
     return probe.returncode == 0
 
 
