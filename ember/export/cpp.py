@@ -185,14 +185,16 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("ember.export", "templates
                           lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
-def module_context(name: str, functions: list[NumericalFunction]) -> dict[str, Any]:
-    """What the templates are rendered from: the module name, one model per function, the prelude."""
+def module_context(name: str, functions: list[NumericalFunction], make_ws: bool = True) -> dict[str, Any]:
+    """What the templates are rendered from: the module name, one model per function, the prelude. Without
+    `make_ws` (the Python extension, which has its own workspace) the module needs no <memory>, whose parsing
+    was half of a small function's compile time."""
     if not name.isidentifier(): raise ValueError(f"generate_module: name {name!r} must be a C++ identifier")
     if len({f.name for f in functions}) != len(functions):
         raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
     renderer = CppRenderer()
     models = [_function_model(f, renderer) for f in functions]
-    return {"module": name, "functions": models,
+    return {"module": name, "functions": models, "make_ws": make_ws,
             "prelude": prelude_for("\n".join(k["source"] for m in models for k in m["kernels"]))}
 
 

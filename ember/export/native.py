@@ -51,7 +51,7 @@ def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
     if find_cxx() is None or not os.path.exists(os.path.join(include, "Python.h")): return None
     if any(a.dtype.name == "bfloat16" for a in f.args) or any(b.dtype.name == "bfloat16" for b in f.plan.outputs):
         return None
-    ctx = module_context(f"ember_{f.name}", [f])
+    ctx = module_context(f"ember_{f.name}", [f], make_ws=False)
     header, source = render_templates(ctx)
     cxx = find_cxx(float16="_Float16" in header + source)
     assert cxx is not None

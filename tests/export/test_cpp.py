@@ -120,3 +120,14 @@ def test_a_module_holds_only_the_helpers_its_kernels_call(cxx, tmp_path):
         subprocess.run([cxx, *FLAGS, "-c", "-o", str(folder / "mod.o"), str(folder / "mod.cpp")], check=True)
     x = np.array([1.0, -0.0, 2.5])
     np.testing.assert_array_equal(cases["bits"][0](x), x.view(np.int64) + 1)
+
+
+def test_the_python_extension_module_leaves_out_make_ws_and_memory():
+    """generate_module's header offers make_ws() (so it includes <memory>); the module compiled into the Python
+    extension has its own workspace and leaves both out (parsing <memory> was half a small function's compile)."""
+    from ember.export.cpp import module_context, render_templates
+    f = NumericalFunction("energy", lambda q: (0.5 * q * q).sum(), [Arg(3)])
+    exported = render_templates(module_context("mod", [f]))
+    internal = render_templates(module_context("mod", [f], make_ws=False))
+    assert all("make_ws" in text for text in exported) and "#include <memory>" in exported[0]
+    assert not any("make_ws" in text or "<memory>" in text for text in internal)
