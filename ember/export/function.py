@@ -23,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from ember.device import Buffer, Device
+from ember.device import Buffer, Device, buffer_uop
 from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import DTypeError, EmberError, ShapeError
+from ember.helpers import prod
 from ember.schedule.kernelize import ExecItem, create_schedule
 from ember.tensor import Tensor
+from ember.uop.ops import Ops, UOp
 
 
 class _TensorArguments(Exception):
@@ -184,8 +186,11 @@ class NumericalFunction:
 
 
 def placeholders_for(args: Sequence[Arg]) -> list[Tensor]:
-    """Tensors standing for the arguments while a function is traced (buffers whose values never matter)."""
-    return [Tensor.empty(*a.shape, dtype=a.dtype).realize() for a in args]
+    """Tensors standing for the arguments while a function is traced: buffers of their shapes and dtypes, whose
+    values never matter (allocated when first used; no kernel runs to fill them)."""
+    device = Device.DEFAULT
+    return [Tensor._from_uop(UOp(Ops.RESHAPE, a.dtype, (buffer_uop(Buffer(device, prod(a.shape), a.dtype)),),
+                                 a.shape), device) for a in args]
 
 
 @contextlib.contextmanager
