@@ -18,7 +18,7 @@ Three measurements per case and framework:
           function on device arrays with block_until_ready
   C++     median per-call time of the native code in a C++ loop, no Python in the timed region: ember's
           generate_module output, CasADi's C code generation (as C++), both compiled with the same compiler
-          (ember's: $CXX, else clang++, else g++) and CXX_FLAGS below, and timed in turns by one loop. JAX has
+          (ember's: $CXX, else g++, else clang++) and CXX_FLAGS below, and timed in turns by one loop. JAX has
           no C export.
   first   the first call's latency: ember in a fresh process with an empty EMBER_CACHE (trace, derivatives,
           codegen, compile, call; imports excluded); CasADi: build the SX function, generate C, compile a shared
@@ -50,7 +50,7 @@ from ember.export.native import find_cxx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-CXX = find_cxx() or "g++"  # the compiler ember's first call uses ($CXX, else clang++, else g++): CasADi gets it too
+CXX = find_cxx() or "g++"  # the compiler ember's first call uses ($CXX, else g++, else clang++): CasADi gets it too
 CXX_FLAGS = ["-std=c++17", "-O2", "-march=native"]
 STEPS = 10  # cart-pole RK4 steps
 BRATU_SIZE, BRATU_LAMBDA = 1000, 1.0

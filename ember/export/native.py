@@ -36,12 +36,11 @@ CXX_FLAGS = ["-std=c++17", "-O2", "-march=native", "-fPIC", "-shared", "-fno-mat
 
 
 def find_cxx(float16: bool = False) -> str | None:
-    """$CXX, else clang++, else g++, else c++; for code with float16 the first that compiles it (see
-    runtime/ops_cpu.pick_compiler). clang++ first: on the
-    straight-line code of an unrolled rollout and its jacobians it compiles in half g++'s time, and its code was
-    no slower (measured: cart-pole RK4 + jacobians, 10.7k operations, -O2: 1.4 s against 3.0 s; 3.7 µs against
-    4.0 µs)."""
-    return pick_compiler(os.environ.get("CXX"), ("clang++", "g++", "c++"), "c++", float16)
+    """$CXX, else g++, else clang++, else c++; for code with float16 the first that compiles it (see
+    runtime/ops_cpu.pick_compiler). g++ first, unlike the CPU backend's C: measured in bench/numerical.py, clang++
+    compiles an unrolled rollout and its jacobians in half the time, but its code ran the Bratu jacobian 45% and
+    the Rosenbrock hessian 20% slower (the call's speed matters more than its first compile)."""
+    return pick_compiler(os.environ.get("CXX"), ("g++", "clang++", "c++"), "c++", float16)
 
 
 def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
