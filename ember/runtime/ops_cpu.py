@@ -27,7 +27,7 @@ C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract
 
 
 def find_c_compiler() -> str:
-    """clang if present, else gcc, else cc; $CC overrides."""
+    """clang if present, else gcc, else cc, the first of them that compiles _Float16; $CC overrides."""
     cc = pick_compiler(os.getenv("CC"), ("clang", "gcc", "cc"), "c", float16=True)  # any kernel may hold float16
     if cc is None: raise FileNotFoundError("no C compiler found (looked for $CC, clang, gcc, cc)")
     return cc
