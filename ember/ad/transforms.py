@@ -100,7 +100,7 @@ def forward_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
 
 def reverse_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
     """u^T d out / dx for each row u of seeds (k, *out.shape), in one pass: the vjp lifted over u, (k, *x.shape)."""
-    u = Tensor.empty(*out.shape, dtype=out.dtype).realize()  # stands for the cotangent; the vjp is linear in it
+    (u,) = placeholders_for([Arg(out.shape, out.dtype)])  # stands for the cotangent; the vjp is linear in it
     pulled, batched = lift([_grad(out, x, u).uop], {u.uop: (seeds.cast(out.dtype).uop, True)}, seeds.shape[0])[0]
     return as_tensor(pulled if batched else broadcast_front(pulled, seeds.shape[0]))
 
