@@ -168,7 +168,7 @@ class PatternMatcher:
 
 # ---- applying a matcher to a graph -----------------------------------------------------------------------------
 
-_VISIT, _REBUILD, _LINK = 0, 1, 2
+_VISIT, _REBUILD, _LINK, _EXPAND = 0, 1, 2, 3  # _EXPAND: visit the sources of a node no rule fires on
 
 
 def _rewrite_to_fixed_point(pm: PatternMatcher, node: UOp, ctx: Any, stage: str) -> UOp:
@@ -193,9 +193,10 @@ def _rewrite_graph(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, sta
             assert target is not None
             replace[node] = replace[target]
             continue
-        if step == _VISIT:
-            if bottom_up and (new := _rewrite_to_fixed_point(pm, node, ctx, stage)) is not node:
-                stack.extend([(node, _LINK, new), (new, _VISIT, None)])
+        if step == _VISIT or step == _EXPAND:
+            if step == _VISIT and bottom_up and (new := _rewrite_to_fixed_point(pm, node, ctx, stage)) is not node:
+                # the fixed point ended on `new`: no rule fires on it, so only its sources are left to visit
+                stack.extend([(node, _LINK, new), (new, _EXPAND, None)])
                 continue
             stack.append((node, _REBUILD, None))
             stack.extend((s, _VISIT, None) for s in reversed(node.src) if s not in replace)
