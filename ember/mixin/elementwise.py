@@ -80,6 +80,12 @@ class ElementwiseMixin:
     def _operands(self: Tensor, op: str, *others: Any, dtype: DType | None = None) -> list[Tensor]:
         """self and `others` as tensors of one dtype (promoted, or `dtype`) broadcast to one shape."""
         from ember.tensor import Tensor
+        if dtype is None and len(others) == 1:  # the common cases, decided without the promotion tables
+            other = others[0]
+            if isinstance(other, Tensor) and other.dtype is self.dtype and other.shape == self.shape:
+                return [self, other]
+            if type(other) in (float, int) and self.dtype.is_float:  # a float tensor keeps its dtype for a number
+                return [self, self._const(other, self.dtype)._broadcast_to(self.shape)]
         if dtype is None:
             dtype = promote_values([self, *(o for o in others if isinstance(o, Tensor))],
                                    [o for o in others if not isinstance(o, Tensor)])
