@@ -55,6 +55,9 @@ CXX_FLAGS = ["-std=c++17", "-O2", "-march=native"]
 STEPS = 10  # cart-pole RK4 steps
 BRATU_SIZE, BRATU_LAMBDA = 1000, 1.0
 ROSENBROCK_SIZE = 100
+# ember's kernels as exported keep the Python call's bits (no a*b + c fused into an FMA, see module.cpp.j2); the
+# ember+FMA column compiles the same code with this EMBER_KERNEL, which lets g++ fuse as it does CasADi's code
+FMA_KERNEL = '__attribute__((optimize("no-tree-slp-vectorize")))'
 
 TIMING_MAIN = """#include <algorithm>
 #include <chrono>
@@ -288,18 +291,26 @@ def measure_ember(case: Case, folder: str) -> None:
     print(json.dumps(got), flush=True)
     got["python"] = per_call(lambda: [f(*case.inputs) for f in fns])
     print(json.dumps(got), flush=True)
-    module = f"ember_{case.key.replace('-', '_')}"
-    generate_module(module, fns, folder)
-    setup = [c_array(f"e_in{i}", a) for i, a in enumerate(case.inputs)]
-    calls = []
-    for j, f in enumerate(fns):
-        setup.append(f"  auto e_ws{j} = {module}::{f.name}::make_ws();")
-        outs = [f"e_f{j}_out{k}" for k in range(len(f.output_shapes))]
-        setup += [c_array(o, np.zeros(shape), const=False) for o, shape in zip(outs, f.output_shapes, strict=True)]
-        args = [f"e_in{i}" for i in range(len(case.inputs))] + outs + [f"e_ws{j}->bytes"]
-        calls.append(f"{module}::{f.name}::call_raw({', '.join(args)});")
-    native = NativeCall([os.path.join(folder, f"{module}.cpp")], f'#include "{module}.hpp"', setup, calls)
-    with open(os.path.join(folder, "native.json"), "w") as fh: json.dump(native.__dict__, fh)
+    natives = {}
+    for kind, attribute in (("native", None), ("native_fma", FMA_KERNEL)):  # as exported; with FMAs allowed
+        module = f"ember_{case.key.replace('-', '_')}" + ("_fma" if attribute else "")
+        generate_module(module, fns, folder)
+        source = os.path.join(folder, f"{module}.cpp")
+        if attribute:  # the same file, compiled with EMBER_KERNEL defined first
+            with open(unit := os.path.join(folder, f"{module}_unit.cpp"), "w") as fh:
+                fh.write(f'#define EMBER_KERNEL {attribute}\n#include "{module}.cpp"\n')
+            source = unit
+        setup = [c_array(f"{module}_in{i}", a) for i, a in enumerate(case.inputs)]
+        calls = []
+        for j, f in enumerate(fns):
+            setup.append(f"  auto {module}_ws{j} = {module}::{f.name}::make_ws();")
+            outs = [f"{module}_f{j}_out{k}" for k in range(len(f.output_shapes))]
+            setup += [c_array(o, np.zeros(shape), const=False) for o, shape in zip(outs, f.output_shapes,
+                                                                                   strict=True)]
+            args = [f"{module}_in{i}" for i in range(len(case.inputs))] + outs + [f"{module}_ws{j}->bytes"]
+            calls.append(f"{module}::{f.name}::call_raw({', '.join(args)});")
+        natives[kind] = NativeCall([source], f'#include "{module}.hpp"', setup, calls).__dict__
+    with open(os.path.join(folder, "native.json"), "w") as fh: json.dump(natives, fh)
 
 
 def ember_in_fresh_process(case: Case, limit: float, folder: str) -> dict[str, Any]:
@@ -319,12 +330,12 @@ def ember_in_fresh_process(case: Case, limit: float, folder: str) -> dict[str, A
         with np.load(saved) as data: outputs = [data[k] for k in data.files]
     else: outputs = []
     if os.path.exists(saved := os.path.join(folder, "native.json")):
-        with open(saved) as fh: native = NativeCall(**json.load(fh))
+        with open(saved) as fh: natives = {kind: NativeCall(**n) for kind, n in json.load(fh).items()}
     lines = [line for line in out.splitlines() if line.startswith("{")]
     got = json.loads(lines[-1]) if lines else {}
     measured = [k for k in ("first", "python") if k in got]
     got["outputs"] = outputs
-    if os.path.exists(saved): got["native"] = native
+    if os.path.exists(saved): got.update(natives)
     if stopped: got["error"] = f"stopped after {limit:.0f} s with {', '.join(measured) or 'nothing'} measured"
     elif proc.returncode: got["error"] = f"failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}"
     return got
@@ -459,9 +470,10 @@ def measure_case(case: Case, ca: Any, jax: Any, jnp: Any, dense_limit: float) ->
         os.mkdir(ember_folder := os.path.join(folder, "ember"))
         got = {"ember": ember_in_fresh_process(case, dense_limit if case.limited else 600, ember_folder)}
         if ca is not None: got["casadi"] = measure_casadi(case, ca, folder)
-        timed = [fw for fw in ("ember", "casadi") if "native" in got.get(fw, {})]
-        for fw, seconds in zip(timed, time_native(folder, [got[fw]["native"] for fw in timed]), strict=True):
-            got[fw]["cpp"] = seconds
+        timed = [(fw, kind) for fw, kind in (("ember", "native"), ("ember", "native_fma"), ("casadi", "native"))
+                 if kind in got.get(fw, {})]
+        seconds = time_native(folder, [got[fw][kind] for fw, kind in timed])
+        for (fw, kind), s in zip(timed, seconds, strict=True): got[fw]["cpp" + kind.removeprefix("native")] = s
     if jax is not None: got["jax"] = measure_jax(case, jax, jnp)
     what = "; ".join(got["ember"][k] for k in ("what", "error") if k in got["ember"])
     print(f"{case.key}: {case.title}: done in {time.perf_counter() - start:.0f} s; ember: {what}", flush=True)
@@ -477,8 +489,8 @@ def report(selected: list[Case], results: dict[str, dict[str, dict[str, Any]]]) 
     print_table("Call from Python, µs per call (median)", [row(c, python_cells) for c in selected], 1e6, 2,
                 ["ember", "CasADi", "CasADi-ext", "JAX"], [(0, 1), (0, 2), (0, 3)])
     print_table(f"Native code in a C++ loop, µs per call (median; {CXX} {' '.join(CXX_FLAGS)})",
-                [row(c, [("ember", "cpp"), ("casadi", "cpp")]) for c in selected], 1e6, 3, ["ember", "CasADi"],
-                [(0, 1)])
+                [row(c, [("ember", "cpp"), ("ember", "cpp_fma"), ("casadi", "cpp")]) for c in selected], 1e6, 3,
+                ["ember", "ember+FMA", "CasADi"], [(0, 2), (1, 2)])
     print_table("First call, s (ember: fresh process, empty cache)",
                 [row(c, [("ember", "first"), ("casadi", "first"), ("jax", "first")]) for c in selected], 1, 2,
                 ["ember", "CasADi", "JAX"], [(0, 1), (0, 2)])

@@ -131,3 +131,19 @@ def test_the_python_extension_module_leaves_out_make_ws_and_memory():
     internal = render_templates(module_context("mod", [f], make_ws=False))
     assert all("make_ws" in text for text in exported) and "#include <memory>" in exported[0]
     assert not any("make_ws" in text or "<memory>" in text for text in internal)
+
+
+@pytest.mark.parametrize("cxx", CXX)
+def test_exported_code_never_fuses_a_multiply_add_even_with_native_flags(cxx, tmp_path):
+    """g++ contracts a*b + c into an FMA across statements by default (-ffp-contract=fast outside ISO C), which
+    -march=native makes available: the exported kernels turn that off themselves, so the C++ gives the Python
+    call's bits. The inputs make the two differ: (1 + 2^-30)^2 - (1 + 2^-29) is 0 rounded, 2^-60 fused."""
+    f = NumericalFunction("fma_probe", lambda a, b, c: a * b + c, [Arg(1), Arg(1), Arg(1)])
+    inputs = [np.array([1 + 2.0 ** -30]), np.array([1 + 2.0 ** -30]), np.array([-(1 + 2.0 ** -29)])]
+    generate_module("mod", [f], str(tmp_path))
+    (tmp_path / "main.cpp").write_text(driver([f], [inputs]))
+    exe = tmp_path / "main"
+    subprocess.run([cxx, *FLAGS, "-march=native", "-o", str(exe), str(tmp_path / "mod.cpp"),
+                    str(tmp_path / "main.cpp")], check=True, capture_output=True, text=True)
+    printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    assert f(*inputs)[0] == 0.0 and [float.fromhex(p) for p in printed] == [0.0]
