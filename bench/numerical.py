@@ -18,8 +18,9 @@ Three measurements per case and framework:
           function on device arrays with block_until_ready
   C++     median per-call time of the native code in a C++ loop, no Python in the timed region: ember's
           generate_module output, CasADi's C code generation (as C++), both compiled with the same compiler
-          (ember's: $CXX, else g++, else clang++) and CXX_FLAGS below, and timed in turns by one loop. JAX has
-          no C export.
+          (ember's: $CXX, else g++, else clang++) and CXX_FLAGS below, and timed in turns by one loop; ember
+          also as ember+FMA (EMBER_KERNEL defined to let g++ fuse a*b + c, as it does CasADi's code; ember's
+          kernels as exported forbid that to keep the Python call's bits). JAX has no C export.
   first   the first call's latency: ember in a fresh process with an empty EMBER_CACHE (trace, derivatives,
           codegen, compile, call; imports excluded); CasADi: build the SX function, generate C, compile a shared
           library, load it, call; JAX: define, jit, first call (backend already started).

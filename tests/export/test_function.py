@@ -110,3 +110,18 @@ def test_a_function_is_scheduled_when_first_needed_and_never_when_only_traced_in
     np.testing.assert_allclose(outer(x), x * np.exp(C).sum() + 1, rtol=1e-14)
     assert GlobalCounters.kernel_count == traced + 1  # outer's plan ran its constant kernel; inner planned nothing
     assert len(inner.plan.constants) == 1 and GlobalCounters.kernel_count == traced + 2  # now inner's, on demand
+
+
+def test_tracing_runs_no_kernel(monkeypatch):
+    """The placeholders that tracing calls fn on (and reverse mode's cotangent) are bare buffers: tracing a function
+    and its reverse-mode jacobian runs no kernel. The jacobian is then checked against its formula."""
+    import ember.ad
+    import ember.engine.realize
+    a = np.array([[1.0, 2.0, 0.5], [-1.0, 0.0, 3.0]])
+    with monkeypatch.context() as m:
+        m.setattr(ember.engine.realize, "get_runner", lambda device, ast: pytest.fail("tracing ran a kernel"))
+        f = NumericalFunction("proj", lambda x: (Tensor(a) @ x).sin(), [Arg(3)])
+        jac = ember.ad.jacobian(f)  # 2 outputs < 3 inputs: reverse mode, one cotangent placeholder
+        assert jac.output_shapes == [(2, 3)]
+    x = np.array([0.3, -0.2, 0.7])
+    np.testing.assert_allclose(jac(x), np.cos(a @ x)[:, None] * a, rtol=1e-14)
