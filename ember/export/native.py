@@ -3,12 +3,14 @@
 The extension's `call` checks each argument in C (an ndarray of the exact dtype, shape and C order: a few pointer
 compares), allocates the outputs with numpy's C API and runs the kernels, so a call from Python costs well under
 2 µs beyond the kernels. Anything else (lists, other dtypes, views) goes through the Python check, which converts or
-raises the usual errors. The shared object is cached on disk by a hash of its source, the compiler and the
-Python/numpy versions: a second process loads it without compiling.
+raises the usual errors. The shared object is cached on disk by a hash of what its source follows from (the plan:
+see `describe`; ember's own code), the compiler and the Python/numpy versions: a second process loads it without
+rendering or compiling.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -25,8 +27,10 @@ import numpy as np
 from ember.device import write_atomically
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
-from ember.helpers import cache_dir
+from ember.dtype import dtypes
+from ember.helpers import UNROLL, cache_dir
 from ember.runtime.ops_cpu import pick_compiler
+from ember.uop.ops import UOp
 
 if TYPE_CHECKING:
     from ember.export.function import NumericalFunction
@@ -50,15 +54,16 @@ def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
     if find_cxx() is None or not os.path.exists(os.path.join(include, "Python.h")): return None
     if any(a.dtype.name == "bfloat16" for a in f.args) or any(b.dtype.name == "bfloat16" for b in f.plan.outputs):
         return None
-    ctx = module_context(f"ember_{f.name}", [f], make_ws=False)
-    header, source = render_templates(ctx)
-    cxx = find_cxx(float16="_Float16" in header + source)
+    description, float16 = describe(f)
+    cxx = find_cxx(float16)
     assert cxx is not None
-    key_text = "\0".join([header, source, cxx, *CXX_FLAGS, sys.version, np.__version__])
+    key_text = "\0".join([description, cxx, *CXX_FLAGS, sys.version, np.__version__, source_hash()])
     ext = f"ember_{f.name}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
-    wrapper = _ENV.get_template("extension.cpp.j2").render(ext=ext, module=ctx["module"], f=ctx["functions"][0])
     path = os.path.join(cache_dir(), "native", ext + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
     if not os.path.exists(path):
+        ctx = module_context(f"ember_{f.name}", [f], make_ws=False)
+        header, source = render_templates(ctx)
+        wrapper = _ENV.get_template("extension.cpp.j2").render(ext=ext, module=ctx["module"], f=ctx["functions"][0])
         with tempfile.TemporaryDirectory() as tmp:
             for name, text in ((f"{ctx['module']}.hpp", header), (f"{ctx['module']}.cpp", source),
                                ("extension.cpp", wrapper)):
@@ -69,6 +74,10 @@ def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode: raise CompileError(f"{f.name}: the C++ compiler failed:\n{done.stderr[-4000:]}")
             with open(out, "rb") as fh: write_atomically(path, fh.read())
+    return _load(ext, path, f)
+
+
+def _load(ext: str, path: str, f: NumericalFunction) -> Callable[..., Any]:
     loader = importlib.machinery.ExtensionFileLoader(ext, path)
     spec = importlib.util.spec_from_loader(ext, loader)
     assert spec is not None
@@ -76,3 +85,42 @@ def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
     loader.exec_module(module)
     module.set_coerce(f._coerce)
     return module.call
+
+
+def describe(f: NumericalFunction) -> tuple[str, bool]:
+    """Everything the extension's source follows from, as text, and whether it holds float16: the plan's kernel
+    ASTs, which buffer each kernel reads and writes, the constants' bytes, the signature and a sparse pattern. Its
+    hash names the compiled extension, so a second process finds it without rendering the source (ember's codegen
+    of a large function takes longer than loading it)."""
+    plan = f.plan
+    roles: dict[int, str] = {}
+    for kind, bufs in (("in", plan.inputs), ("out", plan.outputs), ("const", plan.constants),
+                       ("tmp", plan.intermediates)):
+        for i, b in enumerate(bufs): roles.setdefault(id(b), f"{kind}{i}:{b.dtype.name}[{b.size}]")
+    lines = [f"{f.name}({', '.join(f.arg_names)}) {[(a.shape, a.dtype.name) for a in f.args]} single={f.single}",
+             f"outputs {plan.output_shapes}", f"UNROLL={UNROLL.value}"]
+    lines += [hashlib.sha256(b.numpy().tobytes()).hexdigest() for b in plan.constants]
+    for name in ("shape", "colors", "indptr", "indices"):  # a SparseFunction's pattern
+        if (value := getattr(f, name, None)) is not None: lines.append(f"{name} {np.asarray(value).tolist()}")
+    float16 = False
+    for item in plan.items:
+        numbered: dict[UOp, int] = {}
+        lines.append(f"kernel {[roles[id(b)] for b in item.bufs]}")
+        for u in item.ast.toposort():
+            numbered[u] = len(numbered)
+            float16 |= u.dtype.scalar is dtypes.float16
+            lines.append(f"{u.op.name} {u.dtype!r} {[numbered[s] for s in u.src]} {u.arg!r}")
+    return "\n".join(lines), float16
+
+
+@functools.cache
+def source_hash() -> str:
+    """A hash of ember's own code and templates: the same plan renders to other source after ember changes."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith((".py", ".j2")):
+                with open(os.path.join(folder, name), "rb") as fh: digest.update(name.encode() + fh.read())
+    return digest.hexdigest()

@@ -43,6 +43,13 @@ def test_constants_whose_first_bytes_repeat_survive_the_native_build(values):
     np.testing.assert_array_equal(f(x), x * c)
 
 
+def test_functions_alike_but_for_their_constants_get_their_own_extensions():
+    """The extension is found by a description of the plan, not its source: the constants' values are in it."""
+    for scale in (2.0, 3.0):
+        f = NumericalFunction("scaled_by_constant", lambda x, s=scale: x * Tensor(np.full(3, s)), [Arg(3)])
+        np.testing.assert_array_equal(f(np.ones(3)), np.full(3, scale))
+
+
 def test_native_call_converts_or_rejects_other_arguments():
     f = make()
     a, b, c = f([1, 2, 3], 2)  # lists and Python ints go through the Python check
@@ -70,7 +77,7 @@ def _per_call(f: NumericalFunction, x: np.ndarray, n: int = 2000) -> float:
     return (time.perf_counter() - start) / n
 
 
-def test_a_second_process_starts_warm_without_compiling(tmp_path):
+def test_a_second_process_starts_warm_without_compiling_or_rendering(tmp_path):
     script = (
         "import subprocess, numpy as np\n"
         "from ember.export import Arg, NumericalFunction\n"
@@ -85,7 +92,10 @@ def test_a_second_process_starts_warm_without_compiling(tmp_path):
               "def boom(cmd, *a, **k):\n"
               "    if '--version' in cmd: return real(cmd, *a, **k)\n"
               "    raise AssertionError(f'compiled again: {cmd}')\n"
-              "subprocess.run = boom\n")
+              "subprocess.run = boom\n"
+              "import ember.export.native as native\n"  # nor rendering the source: the plan names the extension
+              "def render(*a, **k): raise AssertionError('rendered the source again')\n"
+              "native.module_context = render\n")
     second = subprocess.run([sys.executable, "-c", forbid + script], capture_output=True, text=True, cwd=root,
                             env={**os.environ, **env_cache})
     assert second.returncode == 0, second.stderr
