@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.device import write_atomically
+from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
-from ember.dtype import dtypes
 from ember.helpers import UNROLL, cache_dir
 from ember.runtime.ops_cpu import pick_compiler
 from ember.uop.ops import UOp
