@@ -41,6 +41,9 @@ DEBUG = ContextVar("DEBUG", 0)  # 1: kernels and times, 2: + schedule, 4: + sour
 SPEC = ContextVar("SPEC", 0)  # check every stage's output against ember/uop/spec.py
 TRACK_REWRITES = ContextVar("TRACK_REWRITES", 0)  # record every rule firing (rule, before, after)
 CACHELEVEL = ContextVar("CACHELEVEL", 1)  # 0 disables the on-disk compile cache
+# a NumericalFunction's first call with nothing compiled: 1 evaluates it with numpy while the native code builds in a
+# thread (export/interpreter.py), 0 waits for the compiler, 2 waits and checks that both give the same bits (tests)
+INTERPRET = ContextVar("INTERPRET", 1)
 UNROLL = ContextVar("UNROLL", 64)  # most STOREs rangeify unrolls a kernel's small branching output axes into; 0: none
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.dtype import dtypes
+from ember.export.interpreter import apply_movement
 from ember.uop.ops import GroupOp, Ops, UOp
 
 BLOCK_ELEMENTS = 1 << 24  # booleans held per node while propagating
@@ -55,12 +56,7 @@ def _propagate(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp
         present = [s for s in srcs if s is not None]
         return present[0] if len(present) == 1 else np.logical_or.reduce(present)
     assert x is not None
-    if u.op is Ops.RESHAPE: return x.reshape(*u.arg, cols)
-    if u.op is Ops.PERMUTE: return x.transpose(*u.arg, len(u.arg))
-    if u.op is Ops.EXPAND: return np.broadcast_to(x, (*u.arg, cols))
-    if u.op is Ops.PAD: return np.pad(x, (*u.arg, (0, 0)))
-    if u.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in u.arg)]
-    if u.op is Ops.FLIP: return np.flip(x, tuple(i for i, f in enumerate(u.arg) if f))
+    if u.op in GroupOp.Movement: return apply_movement(u, x, trailing=1)
     if u.op is Ops.REDUCE_AXIS: return x.any(axis=u.arg[1], keepdims=True)
     if u.op is Ops.GATHER: return _gather(u, x, inputs)
     raise NotImplementedError(f"sparsity: no rule for {u.op.name}")

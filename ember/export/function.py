@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +27,12 @@ import numpy as np
 from ember.device import Buffer, Device, buffer_uop
 from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import DTypeError, EmberError, ShapeError
-from ember.helpers import prod
+from ember.helpers import INTERPRET, Context, prod
 from ember.schedule.kernelize import ExecItem, create_schedule
 from ember.tensor import Tensor
 from ember.uop.ops import Ops, UOp
+
+INTERPRET_SECONDS = 0.05  # the interpreter's estimated time per call above which a first call waits for the compiler
 
 
 class _TensorArguments(Exception):
@@ -78,6 +81,9 @@ class NumericalFunction:
         self.arg_names = list(arg_names) if arg_names is not None else _parameter_names(fn, len(self.args))
         self._traced: tuple[list[Tensor], list[Tensor], bool] | None = None
         self._native: Callable[..., Any] | bool | None = None  # built on the first call
+        self._building: threading.Thread | None = None  # the build a first call started
+        self._failure: Exception | None = None  # how that build failed
+        self._arrays: dict[int, np.ndarray] | None = None  # the interpreter's constants and intermediates
         self._planned: Plan | None = None
         if not lazy: self._trace()
 
@@ -151,11 +157,78 @@ class NumericalFunction:
             try: return self._native(*values)
             except _TensorArguments: return self.apply(*values)
         if any(isinstance(v, Tensor) for v in values): return self.apply(*values)
-        if self._native is None:
-            from ember.export.native import build_native
-            self._native = build_native(self) or False
+        if self._failure is not None:  # the build in the background failed: say so once, then try again
+            failure, self._failure = self._failure, None
+            raise failure
+        if self._native is None and self._building is None: self._start_native()
         if self._native: return self._native(*values)
+        if self._building is not None: return self.interpret(*values)
+        if self._native is None: return self(*values)  # the build in the background ended just now
         return self.call_kernels(*values)
+
+    def _start_native(self) -> None:
+        """Load the native code from the cache, or build it: in a thread while calls are evaluated with numpy
+        (INTERPRET=1, when the interpreter can and is fast), else now."""
+        from ember.export import interpreter
+        from ember.export.native import build_native, locate_native
+        where = locate_native(self)
+        call = where.load(self) if where is not None else None
+        refused = INTERPRET.value == 0 or interpreter.refusal(self.plan.items) is not None or \
+            interpreter.cost(self.plan.items) > INTERPRET_SECONDS
+        if INTERPRET.value == 1 and where is not None and call is None and not refused:
+            self._building = threading.Thread(target=self._build_in_background, args=(where,),
+                                              name=f"ember build {self.name}")
+            self._building.start()
+            return
+        self._native = call or (build_native(self, where) if where is not None else None) or False
+        if INTERPRET.value == 2 and not refused: self._check_interpreter()
+
+    def _build_in_background(self, where: Any) -> None:
+        from ember.export.native import build_native
+        try: self._native = build_native(self, where) or False
+        except Exception as e:  # noqa: BLE001  (raised by the next call)
+            self._failure = e
+        finally: self._building = None
+
+    def compile(self) -> NumericalFunction:
+        """Build (or load) the native code now, waiting for a build that a first call started; returns self."""
+        if (building := self._building) is not None: building.join()
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        if self._native is None:
+            with Context(INTERPRET=0): self._start_native()
+        return self
+
+    def interpret(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """The plan evaluated with numpy (export/interpreter.py): the native code's results bit for bit."""
+        from ember.export.interpreter import evaluate
+        plan = self.plan
+        if self._arrays is None:
+            self._arrays = {id(b): b.numpy() for b in plan.constants}
+            self._arrays.update((id(b), np.empty(b.size, to_numpy(b.dtype))) for b in plan.intermediates)
+        arrays = dict(self._arrays)
+        for buf, a in zip(plan.inputs, self._coerce(*values), strict=True): arrays[id(buf)] = a.reshape(-1)
+        for b in plan.outputs: arrays[id(b)] = np.empty(b.size, to_numpy(b.dtype))
+        evaluate(plan.items, arrays)
+        outs = tuple(arrays[id(b)].reshape(s).copy() if any(c is b for c in plan.outputs[:i]) else
+                     arrays[id(b)].reshape(s) for i, (b, s) in enumerate(zip(plan.outputs, plan.output_shapes,
+                                                                             strict=True)))
+        return outs[0] if self.single else outs
+
+    def _check_interpreter(self) -> None:
+        """INTERPRET=2: the interpreter and the native code agree on random arguments, bit for bit but for the
+        sign of zeros. The arguments lie in [0.25, 0.75] (integers in 1..9), inside most functions' domains: a NaN
+        partial derivative meeting a zero tangent is where the two may differ (interpreter.py)."""
+        if not self._native: return
+        rng = np.random.default_rng(0)
+        args = [rng.uniform(0.25, 0.75, a.shape).astype(to_numpy(a.dtype)) if a.dtype.is_float else
+                rng.integers(1, 10, a.shape).astype(to_numpy(a.dtype)) for a in self.args]
+        got, want = self.interpret(*args), self._native(*args)
+        for i, (g, w) in enumerate(zip(*((g,) if self.single else g for g in (got, want)), strict=True)):
+            if not _same_values(g, w):
+                raise EmberError(f"{self.name}: output {i} of the numpy interpreter differs from the native code's:"
+                                 f"\n{g}\n{w}")
 
     def apply(self, *xs: Any) -> Tensor | tuple[Tensor, ...]:
         """`fn` on Tensors of the argument shapes and dtypes (numbers and arrays become Tensors)."""
@@ -183,6 +256,12 @@ class NumericalFunction:
         sig = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in self.args)
         return f"<NumericalFunction {self.name}({sig}) -> {len(self.plan.outputs)} outputs, " \
                f"{len(self.plan.items)} kernels>"
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal values (0.0 equal to -0.0), NaN where NaN."""
+    if a.shape != b.shape or a.dtype != b.dtype: return False
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def placeholders_for(args: Sequence[Arg]) -> list[Tensor]:

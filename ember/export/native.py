@@ -20,6 +20,7 @@ import sys
 import sysconfig
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,9 +48,22 @@ def find_cxx(float16: bool = False) -> str | None:
     return pick_compiler(os.environ.get("CXX"), ("g++", "clang++", "c++"), "c++", float16)
 
 
-def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
-    """The compiled `call` of f, or None where it cannot be built (no C++ compiler or Python headers, a dtype
-    numpy has no C type for): then f runs kernel by kernel from Python."""
+@dataclass(frozen=True)
+class NativeBuild:
+    """Where f's extension lives in the cache and how it is built."""
+
+    ext: str  # the module's name (PyInit_<ext>)
+    path: str
+    cxx: str
+
+    def load(self, f: NumericalFunction) -> Callable[..., Any] | None:
+        """The cached extension's `call`, or None when it was not built yet."""
+        return _load(self.ext, self.path, f) if os.path.exists(self.path) else None
+
+
+def locate_native(f: NumericalFunction) -> NativeBuild | None:
+    """Where f's compiled extension is cached (found without rendering its source), or None where it cannot be
+    built (no C++ compiler or Python headers, a dtype numpy has no C type for): then f runs kernel by kernel."""
     include = sysconfig.get_paths()["include"]
     if find_cxx() is None or not os.path.exists(os.path.join(include, "Python.h")): return None
     if any(a.dtype.name == "bfloat16" for a in f.args) or any(b.dtype.name == "bfloat16" for b in f.plan.outputs):
@@ -59,22 +73,31 @@ def build_native(f: NumericalFunction) -> Callable[..., Any] | None:
     assert cxx is not None
     key_text = "\0".join([description, cxx, *CXX_FLAGS, sys.version, np.__version__, source_hash()])
     ext = f"ember_{f.name}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
-    path = os.path.join(cache_dir(), "native", ext + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
-    if not os.path.exists(path):
-        ctx = module_context(f"ember_{f.name}", [f], make_ws=False)
-        header, source = render_templates(ctx)
-        wrapper = _ENV.get_template("extension.cpp.j2").render(ext=ext, module=ctx["module"], f=ctx["functions"][0])
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, text in ((f"{ctx['module']}.hpp", header), (f"{ctx['module']}.cpp", source),
-                               ("extension.cpp", wrapper)):
-                with open(os.path.join(tmp, name), "w") as fh: fh.write(text)
-            out = os.path.join(tmp, "ext.so")
-            cmd = [cxx, *CXX_FLAGS, f"-I{include}", f"-I{np.get_include()}", "-o", out,
-                   os.path.join(tmp, "extension.cpp")]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode: raise CompileError(f"{f.name}: the C++ compiler failed:\n{done.stderr[-4000:]}")
-            with open(out, "rb") as fh: write_atomically(path, fh.read())
-    return _load(ext, path, f)
+    return NativeBuild(ext, os.path.join(cache_dir(), "native", ext + (sysconfig.get_config_var("EXT_SUFFIX") or
+                                                                        ".so")), cxx)
+
+
+def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Callable[..., Any] | None:
+    """The compiled `call` of f: loaded from the cache, else rendered, compiled and cached (None: see
+    locate_native). Safe in a thread other than the one that traced f."""
+    if (where := where or locate_native(f)) is None: return None
+    if (call := where.load(f)) is not None: return call
+    include = sysconfig.get_paths()["include"]
+    ctx = module_context(f"ember_{f.name}", [f], make_ws=False)
+    header, source = render_templates(ctx)
+    wrapper = _ENV.get_template("extension.cpp.j2").render(ext=where.ext, module=ctx["module"],
+                                                           f=ctx["functions"][0])
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in ((f"{ctx['module']}.hpp", header), (f"{ctx['module']}.cpp", source),
+                           ("extension.cpp", wrapper)):
+            with open(os.path.join(tmp, name), "w") as fh: fh.write(text)
+        out = os.path.join(tmp, "ext.so")
+        cmd = [where.cxx, *CXX_FLAGS, f"-I{include}", f"-I{np.get_include()}", "-o", out,
+               os.path.join(tmp, "extension.cpp")]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode: raise CompileError(f"{f.name}: the C++ compiler failed:\n{done.stderr[-4000:]}")
+        with open(out, "rb") as fh: write_atomically(where.path, fh.read())
+    return _load(where.ext, where.path, f)
 
 
 def _load(ext: str, path: str, f: NumericalFunction) -> Callable[..., Any]:

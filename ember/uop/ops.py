@@ -128,7 +128,12 @@ class UOpMetaClass(type):
         if (ref := UOpMetaClass.cache.get(key)) is not None and (node := ref()) is not None: return node
         node = super().__call__(op, dtype, src, arg)
         node._key = key
-        UOpMetaClass.cache[key] = weakref.ref(node)
+        ref = weakref.ref(node)
+        # setdefault is one step under the GIL: two threads building the same node (a native build in the
+        # background, function.py) both get the one that was stored first
+        if (old := UOpMetaClass.cache.setdefault(key, ref)) is not ref:
+            if (first := old()) is not None: return first
+            UOpMetaClass.cache[key] = ref
         return node
 
 

@@ -1,0 +1,205 @@
+"""A NumericalFunction's plan evaluated with numpy: the calls made while its native code compiles.
+
+A big function's first compile takes seconds (the cart-pole rollout with its jacobians: 10k straight-line
+operations, 3-4 s of codegen and g++); numpy evaluates the same kernel ASTs in milliseconds. So a first call with
+nothing in the cache evaluates here and starts the native build in a thread (function.py); calls switch to the
+native code once it is loaded.
+
+Every operation means here what the rendered C means, so the results are the native code's bit for bit:
+- float64 and float32 + - * / and sqrt are IEEE operations in both, never fused (the native code is compiled with
+  -ffp-contract=off); libm functions (float64 only) are the same C library's, called through `exec_alu`;
+- integer ops wrap at their width; / and % truncate toward zero, and a zero divisor gives 0 (render_int_division);
+- MAX is `(a > b || a != a) ? a : b`, which keeps NaN and picks b on ties (render_max);
+- a reduction folds its terms from the identity, in row-major order of the reduced axes, one at a time: the
+  accumulator loop the lowerer makes (and its unrolled form, which rangeify builds in the same order); a single
+  term is the result itself, as rangeify folds a loop of one step (-0.0 stays -0.0).
+What cannot promise that is refused (`refusal` says why) and compiles first as before: float16 and bfloat16 (C
+rounds their intermediates in float), float32 libm functions (sinf is not sin rounded to float), ops missing below.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ember.codegen.rangeify import UNROLL_AXIS_LIMIT, branching_axes
+from ember.dtype import dtypes, to_numpy
+from ember.helpers import prod
+from ember.schedule.kernelize import ExecItem
+from ember.uop.interpret import exec_alu
+from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
+
+Value = np.ndarray
+# per-call cost model, in seconds, for `cost`: numpy's overhead per op, its time per element, a Python call per
+# element (libm functions through exec_alu), a Python-level step of a reduction
+OP_SECONDS, ELEMENT_SECONDS, PYTHON_ELEMENT_SECONDS, STEP_SECONDS = 2e-6, 2e-9, 1e-6, 3e-6
+
+
+def apply_movement(u: UOp, x: np.ndarray, trailing: int = 0) -> np.ndarray:
+    """The movement op u on x, which may carry `trailing` extra axes after u's (sparsity.py carries one)."""
+    extra = x.shape[x.ndim - trailing:]
+    if u.op is Ops.RESHAPE: return x.reshape((*u.arg, *extra))
+    if u.op is Ops.PERMUTE: return x.transpose((*u.arg, *range(len(u.arg), len(u.arg) + trailing)))
+    if u.op is Ops.EXPAND: return np.broadcast_to(x, (*u.arg, *extra))
+    if u.op is Ops.PAD: return np.pad(x, (*u.arg, *((0, 0),) * trailing))
+    if u.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in u.arg)]
+    assert u.op is Ops.FLIP, f"not a movement op: {u.op.name}"
+    return np.flip(x, tuple(i for i, f in enumerate(u.arg) if f))
+
+
+def _per_element(u: UOp, *xs: Value) -> Value:
+    """exec_alu on each element: the libm functions as C calls them, with C's answers outside their domains."""
+    fn = np.frompyfunc(lambda *v: exec_alu(u.op, u.dtype, v), len(xs), 1)
+    return np.asarray(fn(*xs), dtype=to_numpy(u.dtype))
+
+
+def _int_division(u: UOp, a: Value, b: Value) -> Value:
+    """C's truncating / and % where the divisor is not 0 or -1; 0 for a zero divisor, -a (wrapped) and 0 for -1."""
+    wide = np.uint64 if u.dtype is dtypes.uint64 else np.int64
+    a, b = a.astype(wide), b.astype(wide)
+    special = (b == 0) | (b == -1) if wide is np.int64 else b == 0
+    d = np.where(special, 1, b)
+    q = a // d
+    r = a - q * d
+    fix = (r != 0) & ((r < 0) != (d < 0))  # floor -> toward zero
+    q, r = np.where(fix, q + 1, q), np.where(fix, r - d, r)
+    out = q if u.op is Ops.IDIV else r
+    out = np.where(b == 0, 0, out)
+    if wide is np.int64: out = np.where(b == -1, -a if u.op is Ops.IDIV else 0, out)
+    return out.astype(to_numpy(u.dtype))
+
+
+def _max(a: Value, b: Value) -> Value:
+    return np.where((a > b) | (a != a), a, b)
+
+
+def _cast(u: UOp, x: Value) -> Value:
+    want = to_numpy(u.dtype)
+    if u.dtype.is_int and x.dtype.kind == "f": x = np.where(np.isfinite(x), x, 0)  # as exec_alu folds it
+    return x.astype(want)
+
+
+def _gather(u: UOp, x: Value, table: Value) -> Value:
+    """x with axis u.arg indexed by table's values; an index outside the axis reads 0 (rangeify's index_gather)."""
+    a = u.arg
+    at = table.astype(np.int32).astype(np.int64)
+    inside = (at >= 0) & (at < x.shape[a])
+    taken = np.take(x, np.where(inside, at, 0), axis=a)
+    return np.where(inside.reshape((1,) * a + at.shape + (1,) * (x.ndim - a - 1)), taken, np.zeros((), x.dtype))
+
+
+@functools.lru_cache(maxsize=4096)
+def _unrolled_axes(u: UOp) -> tuple[int, ...]:
+    """The reduced axes rangeify unrolls (index_reduce): their terms are summed per loop step, then accumulated."""
+    op, axes = u.arg
+    src = u.src[0]
+    small = prod(u.shape) <= UNROLL_AXIS_LIMIT and not any(n.op is Ops.REDUCE_AXIS for n in src.toposort())
+    return tuple(sorted(branching_axes(src, src.shape) & set(axes))) if small else ()
+
+
+def _fold(op: Ops, terms: Value, identity: Value) -> Value:
+    """identity op t0 op t1 ... over the last axis, one rounding per term in order (an accumulator)."""
+    if op is Ops.MAX:
+        acc = np.broadcast_to(identity, terms.shape[:-1])
+        for k in range(terms.shape[-1]): acc = _max(acc, terms[..., k])
+        return acc
+    ufunc = np.add if op is Ops.ADD else np.multiply  # accumulate runs in order: the loop's roundings
+    start = np.broadcast_to(identity, (*terms.shape[:-1], 1))
+    return ufunc.accumulate(np.concatenate([start, terms], axis=-1), axis=-1)[..., -1]
+
+
+def _reduce(u: UOp, x: Value) -> Value:
+    """As the kernel computes it: the unrolled axes' terms folded from the identity per loop step, row-major; those
+    partial results accumulated over the looped axes from the identity, row-major. A loop of one step is folded
+    to its term (rangeify drops it): no identity added there."""
+    op, axes = u.arg
+    identity = np.array(0 if op is Ops.ADD else 1 if op is Ops.MUL else u.dtype.min, dtype=x.dtype)
+    if any(x.shape[a] == 0 for a in axes): return np.broadcast_to(identity, u.shape)
+    unrolled = _unrolled_axes(u)
+    looped = [a for a in axes if a not in unrolled]
+    kept = [i for i in range(x.ndim) if i not in axes]
+    terms = x.transpose((*kept, *looped, *unrolled)).reshape((*(x.shape[i] for i in kept), -1, prod(
+        x.shape[a] for a in unrolled)))
+    partial = _fold(op, terms, identity) if unrolled else terms[..., 0]
+    out = partial[..., 0] if partial.shape[-1] == 1 else _fold(op, partial, identity)
+    return out.reshape(u.shape)
+
+
+def _tangent_product(a: Value, b: Value) -> Value:
+    """A forward-mode product (arg TANGENT): a zero tangent is a structural zero that zeroes any partial derivative,
+    inf and NaN included (symbolic.pm_structural_zeros folds the zeros codegen can see)."""
+    both = np.multiply(a, b)
+    return np.where(((a == 0) | (b == 0)) & ~(np.isfinite(a) & np.isfinite(b)), np.zeros((), both.dtype), both)
+
+
+_BINARY: dict[Ops, Callable[[Value, Value], Value]] = {
+    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.FDIV: np.true_divide, Ops.CMPLT: np.less,
+    Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal, Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or,
+    Ops.XOR: np.bitwise_xor, Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.MAX: _max}
+_UNARY: dict[Ops, Callable[[Value], Value]] = {Ops.NEG: np.negative, Ops.SQRT: np.sqrt, Ops.TRUNC: np.trunc,
+                                               Ops.RECIPROCAL: lambda x: np.true_divide(1, x)}
+_EXACT_FLOATS = (dtypes.float32, dtypes.float64)
+
+
+def refusal(items: Sequence[ExecItem]) -> str | None:
+    """Why these kernels cannot be evaluated here bit for bit, or None when they can."""
+    for item in items:
+        for u in item.ast.toposort():
+            d = u.dtype.scalar
+            if d in (dtypes.float16, dtypes.bfloat16): return f"{d.name} arithmetic"
+            if u.op in GroupOp.Transcendental and u.op is not Ops.SQRT and d is not dtypes.float64:
+                return f"{u.op.name} in {d.name}"
+            if u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG) and d is dtypes.bool: return f"{u.op.name} of bools"
+            if u.op not in _KNOWN: return f"no rule for {u.op.name}"
+    return None
+
+
+def cost(items: Sequence[ExecItem]) -> float:
+    """Estimated seconds per evaluation (see the constants above)."""
+    total = 0.0
+    for item in items:
+        for u in item.ast.toposort():
+            n = prod(u.shape) if u.op not in (Ops.SINK, Ops.STORE) else 0
+            total += OP_SECONDS + n * ELEMENT_SECONDS
+            if u.op in GroupOp.Transcendental and u.op is not Ops.SQRT: total += n * PYTHON_ELEMENT_SECONDS
+            if u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.MAX:  # a Python loop over the terms
+                total += prod(u.src[0].shape) // max(n, 1) * STEP_SECONDS
+    return total
+
+
+def evaluate(items: Sequence[ExecItem], arrays: dict[int, np.ndarray]) -> None:
+    """Run the kernels on flat numpy arrays, `arrays[id(buffer)]`, written in place (outputs and intermediates
+    must be there, allocated)."""
+    with np.errstate(all="ignore"):
+        for item in items:
+            env: dict[UOp, Value] = {}
+            for u in item.ast.toposort():
+                if u.op is Ops.SINK: continue
+                if u.op is Ops.STORE:
+                    np.copyto(env[u.src[0]], env[u.src[1]], casting="unsafe")
+                    continue
+                env[u] = _evaluate(u, item.bufs, arrays, [env[s] for s in u.src])
+
+
+def _evaluate(u: UOp, bufs: list, arrays: dict[int, np.ndarray], srcs: list[Value]) -> Value:
+    if u.op is Ops.DEFINE_GLOBAL: return arrays[id(bufs[u.arg])]
+    if u.op is Ops.CONST: return np.array(u.arg, dtype=to_numpy(u.dtype))
+    if u.op is Ops.ARANGE: return np.arange(u.arg, dtype=to_numpy(u.dtype))
+    if u.op in GroupOp.Movement: return apply_movement(u, srcs[0])
+    if u.op is Ops.REDUCE_AXIS: return _reduce(u, srcs[0])
+    if u.op is Ops.GATHER: return _gather(u, *srcs)
+    if u.op is Ops.WHERE: return np.where(*srcs)
+    if u.op is Ops.CAST: return _cast(u, srcs[0])
+    if u.op is Ops.BITCAST: return np.ascontiguousarray(srcs[0]).view(to_numpy(u.dtype))
+    if u.op in (Ops.IDIV, Ops.MOD) and not u.dtype.is_float: return _int_division(u, *srcs)
+    if u.op in _UNARY: return np.asarray(_UNARY[u.op](srcs[0]), dtype=to_numpy(u.dtype))
+    if u.op is Ops.MUL and u.arg == TANGENT: return np.asarray(_tangent_product(*srcs), dtype=to_numpy(u.dtype))
+    if u.op in _BINARY: return np.asarray(_BINARY[u.op](*srcs), dtype=to_numpy(u.dtype))
+    return _per_element(u, *srcs)  # libm functions, POW, ATAN2, float MOD (fmod)
+
+
+_KNOWN = frozenset({Ops.DEFINE_GLOBAL, Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.GATHER, Ops.WHERE, Ops.CAST,
+                    Ops.BITCAST, Ops.IDIV, Ops.MOD, Ops.STORE, Ops.SINK, Ops.POW, Ops.ATAN2}) | GroupOp.Movement | \
+    GroupOp.Transcendental | set(_UNARY) | set(_BINARY)
