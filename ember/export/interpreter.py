@@ -63,7 +63,7 @@ def _int_division(u: UOp, a: Value, b: Value) -> Value:
     d = np.where(special, 1, b)
     q = a // d
     r = a - q * d
-    fix = (r != 0) & ((r < 0) != (d < 0))  # floor -> toward zero
+    fix = (r != 0) & ((a < 0) != (d < 0))  # floor -> toward zero
     q, r = np.where(fix, q + 1, q), np.where(fix, r - d, r)
     out = q if u.op is Ops.IDIV else r
     out = np.where(b == 0, 0, out)
@@ -188,6 +188,7 @@ def _evaluate(u: UOp, bufs: list, arrays: dict[int, np.ndarray], srcs: list[Valu
     if u.op is Ops.CONST: return np.array(u.arg, dtype=to_numpy(u.dtype))
     if u.op is Ops.ARANGE: return np.arange(u.arg, dtype=to_numpy(u.dtype))
     if u.op in GroupOp.Movement: return apply_movement(u, srcs[0])
+    if u.op is Ops.DETACH: return srcs[0]
     if u.op is Ops.REDUCE_AXIS: return _reduce(u, srcs[0])
     if u.op is Ops.GATHER: return _gather(u, *srcs)
     if u.op is Ops.WHERE: return np.where(*srcs)
@@ -200,6 +201,6 @@ def _evaluate(u: UOp, bufs: list, arrays: dict[int, np.ndarray], srcs: list[Valu
     return _per_element(u, *srcs)  # libm functions, POW, ATAN2, float MOD (fmod)
 
 
-_KNOWN = frozenset({Ops.DEFINE_GLOBAL, Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.GATHER, Ops.WHERE, Ops.CAST,
-                    Ops.BITCAST, Ops.IDIV, Ops.MOD, Ops.STORE, Ops.SINK, Ops.POW, Ops.ATAN2}) | GroupOp.Movement | \
-    GroupOp.Transcendental | set(_UNARY) | set(_BINARY)
+_KNOWN = frozenset({Ops.DEFINE_GLOBAL, Ops.DETACH, Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.GATHER, Ops.WHERE,
+                    Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD, Ops.STORE, Ops.SINK, Ops.POW, Ops.ATAN2}) | \
+    GroupOp.Movement | GroupOp.Transcendental | set(_UNARY) | set(_BINARY)
