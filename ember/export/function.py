@@ -15,8 +15,10 @@ generate_module writes as C++.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import inspect
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,17 @@ from ember.tensor import Tensor
 from ember.uop.ops import Ops, UOp
 
 INTERPRET_SECONDS = 0.05  # the interpreter's estimated time per call above which a first call waits for the compiler
+
+
+_BUILD_SLOTS = threading.BoundedSemaphore(os.cpu_count() or 1)  # native builds compiling at once, in background
+_running: set[threading.Thread] = set()
+_exiting = threading.Event()
+
+
+@atexit.register
+def _finish_builds() -> None:
+    _exiting.set()
+    for thread in list(_running): thread.join()
 
 
 class _TensorArguments(Exception):
@@ -176,7 +189,7 @@ class NumericalFunction:
         refused = INTERPRET.value == 0 or interpreter.refusal(self.plan.items) is not None or \
             interpreter.cost(self.plan.items) > INTERPRET_SECONDS
         if INTERPRET.value == 1 and where is not None and call is None and not refused:
-            self._building = threading.Thread(target=self._build_in_background, args=(where,),
+            self._building = threading.Thread(target=self._build_in_background, args=(where,), daemon=True,
                                               name=f"ember build {self.name}")
             self._building.start()
             return
@@ -184,11 +197,19 @@ class NumericalFunction:
         if INTERPRET.value == 2 and not refused: self._check_interpreter()
 
     def _build_in_background(self, where: Any) -> None:
+        """At most one build per core compiles at once; at exit, the running ones finish (their compiler would
+        be orphaned, the cache left without them) and the waiting ones are dropped."""
         from ember.export.native import build_native
-        try: self._native = build_native(self, where) or False
+        try:
+            with _BUILD_SLOTS:
+                if _exiting.is_set(): return
+                _running.add(threading.current_thread())
+                self._native = build_native(self, where) or False
         except Exception as e:  # noqa: BLE001  (raised by the next call)
             self._failure = e
-        finally: self._building = None
+        finally:
+            _running.discard(threading.current_thread())
+            self._building = None
 
     def compile(self) -> NumericalFunction:
         """Build (or load) the native code now, waiting for a build that a first call started; returns self."""

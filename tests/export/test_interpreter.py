@@ -1,7 +1,11 @@
 """The numpy interpreter of NumericalFunction plans: the native code's results, bit for bit, on nasty inputs; the
 first call it serves while the native code builds; what it refuses."""
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,3 +134,18 @@ def test_big_work_waits_for_the_compiler(tmp_path, monkeypatch):
     with Context(INTERPRET=1):
         f(np.zeros(1_000_000))
     assert callable(f._native) and f._building is None
+
+
+def test_a_build_running_at_exit_finishes_into_the_cache(tmp_path):
+    """A script that calls a function once and ends still leaves its native code for the next process."""
+    script = ("import numpy as np\n"
+              "from ember.export import Arg, NumericalFunction\n"
+              "f = NumericalFunction('interp_exit', lambda x: (x * x).sin().sum(), [Arg(5)])\n"
+              "f(np.ones(5))\n"
+              "print(f._building is not None)\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "EMBER_CACHE": str(tmp_path), "INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True\n"  # it was still building when the script ended
+    assert [p.name for p in (tmp_path / "native").iterdir() if p.name.startswith("ember_interp_exit")]
