@@ -96,7 +96,8 @@ class NumericalFunction:
         self._native: Callable[..., Any] | bool | None = None  # built on the first call
         self._building: threading.Thread | None = None  # the build a first call started
         self._failure: Exception | None = None  # how that build failed
-        self._arrays: dict[int, np.ndarray] | None = None  # the interpreter's constants and intermediates
+        self._program: Any = None  # the interpreter's prepared kernels (export/interpreter.py)
+        self._arrays: dict[int, np.ndarray] | None = None  # its constants and intermediates
         self._planned: Plan | None = None
         if not lazy: self._trace()
 
@@ -223,15 +224,17 @@ class NumericalFunction:
 
     def interpret(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """The plan evaluated with numpy (export/interpreter.py): the native code's results bit for bit."""
-        from ember.export.interpreter import evaluate
+        from ember.export.interpreter import Program
         plan = self.plan
-        if self._arrays is None:
+        if self._program is None:
+            self._program = Program(plan.items)
             self._arrays = {id(b): b.numpy() for b in plan.constants}
             self._arrays.update((id(b), np.empty(b.size, to_numpy(b.dtype))) for b in plan.intermediates)
+        assert self._arrays is not None
         arrays = dict(self._arrays)
         for buf, a in zip(plan.inputs, self._coerce(*values), strict=True): arrays[id(buf)] = a.reshape(-1)
         for b in plan.outputs: arrays[id(b)] = np.empty(b.size, to_numpy(b.dtype))
-        evaluate(plan.items, arrays)
+        self._program(arrays)
         outs = tuple(arrays[id(b)].reshape(s).copy() if any(c is b for c in plan.outputs[:i]) else
                      arrays[id(b)].reshape(s) for i, (b, s) in enumerate(zip(plan.outputs, plan.output_shapes,
                                                                              strict=True)))

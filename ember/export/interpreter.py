@@ -20,11 +20,14 @@ rounds their intermediates in float), float32 libm functions (sinf is not sin ro
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ember.codegen.rangeify import UNROLL_AXIS_LIMIT, branching_axes
+from ember.device import Buffer
 from ember.dtype import dtypes, to_numpy
 from ember.helpers import prod
 from ember.schedule.kernelize import ExecItem
@@ -131,6 +134,7 @@ def _tangent_product(a: Value, b: Value) -> Value:
     """A forward-mode product (arg TANGENT): a zero tangent is a structural zero that zeroes any partial derivative,
     inf and NaN included (symbolic.pm_structural_zeros folds the zeros codegen can see)."""
     both = np.multiply(a, b)
+    if isinstance(both, float) and math.isfinite(both): return both  # a float64 scalar: finite factors
     return np.where(((a == 0) | (b == 0)) & ~(np.isfinite(a) & np.isfinite(b)), np.zeros((), both.dtype), both)
 
 
@@ -169,36 +173,54 @@ def cost(items: Sequence[ExecItem]) -> float:
     return total
 
 
-def evaluate(items: Sequence[ExecItem], arrays: dict[int, np.ndarray]) -> None:
-    """Run the kernels on flat numpy arrays, `arrays[id(buffer)]`, written in place (outputs and intermediates
-    must be there, allocated)."""
-    with np.errstate(all="ignore"):
+class Program:
+    """The kernels prepared once: per kernel, its nodes in order as (slot, function of the source values, source
+    slots), the slots its buffers fill and its stores. A call then costs a numpy op per node and little else."""
+
+    def __init__(self, items: Sequence[ExecItem]) -> None:
+        self.kernels: list[tuple[int, list[tuple[int, Buffer]], list[Step], list[tuple[int, int]]]] = []
         for item in items:
-            env: dict[UOp, Value] = {}
-            for u in item.ast.toposort():
-                if u.op is Ops.SINK: continue
-                if u.op is Ops.STORE:
-                    np.copyto(env[u.src[0]], env[u.src[1]], casting="unsafe")
-                    continue
-                env[u] = _evaluate(u, item.bufs, arrays, [env[s] for s in u.src])
+            order = [u for u in item.ast.toposort() if u.op is not Ops.SINK]
+            slot = {u: i for i, u in enumerate(order)}
+            buffers = [(slot[u], item.bufs[u.arg]) for u in order if u.op is Ops.DEFINE_GLOBAL]
+            steps = [(slot[u], _function(u), tuple(slot[s] for s in u.src)) for u in order
+                     if u.op not in (Ops.DEFINE_GLOBAL, Ops.STORE)]
+            stores = [(slot[u.src[0]], slot[u.src[1]]) for u in order if u.op is Ops.STORE]
+            self.kernels.append((len(order), buffers, steps, stores))
+
+    def __call__(self, arrays: dict[int, np.ndarray]) -> None:
+        """Run the kernels on flat numpy arrays, `arrays[id(buffer)]`, written in place (outputs and
+        intermediates must be there, allocated)."""
+        with np.errstate(all="ignore"):
+            for size, buffers, steps, stores in self.kernels:
+                values: list[Any] = [None] * size
+                for i, b in buffers: values[i] = arrays[id(b)]
+                for i, fn, srcs in steps: values[i] = fn(*[values[j] for j in srcs])
+                for target, value in stores: np.copyto(values[target], values[value], casting="unsafe")
 
 
-def _evaluate(u: UOp, bufs: list, arrays: dict[int, np.ndarray], srcs: list[Value]) -> Value:
-    if u.op is Ops.DEFINE_GLOBAL: return arrays[id(bufs[u.arg])]
-    if u.op is Ops.CONST: return np.array(u.arg, dtype=to_numpy(u.dtype))
-    if u.op is Ops.ARANGE: return np.arange(u.arg, dtype=to_numpy(u.dtype))
-    if u.op in GroupOp.Movement: return apply_movement(u, srcs[0])
-    if u.op is Ops.DETACH: return srcs[0]
-    if u.op is Ops.REDUCE_AXIS: return _reduce(u, srcs[0])
-    if u.op is Ops.GATHER: return _gather(u, *srcs)
-    if u.op is Ops.WHERE: return np.where(*srcs)
-    if u.op is Ops.CAST: return _cast(u, srcs[0])
-    if u.op is Ops.BITCAST: return np.ascontiguousarray(srcs[0]).view(to_numpy(u.dtype))
-    if u.op in (Ops.IDIV, Ops.MOD) and not u.dtype.is_float: return _int_division(u, *srcs)
-    if u.op in _UNARY: return np.asarray(_UNARY[u.op](srcs[0]), dtype=to_numpy(u.dtype))
-    if u.op is Ops.MUL and u.arg == TANGENT: return np.asarray(_tangent_product(*srcs), dtype=to_numpy(u.dtype))
-    if u.op in _BINARY: return np.asarray(_BINARY[u.op](*srcs), dtype=to_numpy(u.dtype))
-    return _per_element(u, *srcs)  # libm functions, POW, ATAN2, float MOD (fmod)
+Step = tuple[int, Callable[..., Value], tuple[int, ...]]
+
+
+def _function(u: UOp) -> Callable[..., Value]:
+    """What u computes from its sources' values."""
+    want = to_numpy(u.dtype)
+    if u.op is Ops.CONST: return functools.partial(np.array, u.arg, dtype=want)
+    if u.op is Ops.ARANGE: return functools.partial(np.arange, u.arg, dtype=want)
+    if u.op in GroupOp.Movement: return functools.partial(apply_movement, u)
+    if u.op is Ops.DETACH: return lambda x: x
+    if u.op is Ops.REDUCE_AXIS: return functools.partial(_reduce, u)
+    if u.op is Ops.GATHER: return functools.partial(_gather, u)
+    if u.op is Ops.WHERE: return np.where
+    if u.op is Ops.CAST: return functools.partial(_cast, u)
+    if u.op is Ops.BITCAST: return lambda x: np.ascontiguousarray(x).view(want)
+    if u.op in (Ops.IDIV, Ops.MOD) and not u.dtype.is_float: return functools.partial(_int_division, u)
+    if u.op is Ops.MUL and u.arg == TANGENT: return _tangent_product
+    if u.op in _UNARY or u.op in _BINARY:
+        fn = _UNARY[u.op] if u.op in _UNARY else _BINARY[u.op]
+        if all(s.dtype == u.dtype for s in u.src) or u.op in GroupOp.Comparison: return fn  # numpy keeps the dtype
+        return lambda *xs: np.asarray(fn(*xs), dtype=want)
+    return functools.partial(_per_element, u)  # libm functions, POW, ATAN2, float MOD (fmod)
 
 
 _KNOWN = frozenset({Ops.DEFINE_GLOBAL, Ops.DETACH, Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.GATHER, Ops.WHERE,
