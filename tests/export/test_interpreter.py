@@ -63,7 +63,10 @@ def _same_up_to_nan_payload(a: np.ndarray, b: np.ndarray) -> bool:
 def test_libm_calls_are_the_c_librarys():
     """exp2 through exec_alu was 2.0 ** x (C's pow): it differs from C's exp2 in about 1 value in 1000."""
     x = np.random.default_rng(3).uniform(-1000, 1000, 20000)
-    f = NumericalFunction("interp_exp2", lambda x: (x.exp2(), (x * 0.01).exp(), x.abs().log2(), x.sin()), [Arg(20000)])
+    f = NumericalFunction("interp_exp2", lambda x: (
+        x.exp2(), (x * 0.01).exp(), x.abs().log2(), x.sin(), x.cos(), x.tan(), x.atan(), (x * 0.01).sinh(),
+        (x * 0.01).cosh(), (x * 0.01).tanh(), x.asinh(), (x * 0.01).erf(), (x * 0.01).expm1(),
+        x.abs() ** (x * 0.001)), [Arg(20000)])
     with Context(INTERPRET=0): f.compile()
     for got, want in zip(f.interpret(x), f(x), strict=True): np.testing.assert_array_equal(got, want)
 
