@@ -164,7 +164,9 @@ class NumericalFunction:
     def __call__(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run on numpy arrays (or anything np.asarray takes); returns fresh arrays.
 
-        The first call compiles the function into native code (cached on disk); later calls go straight to it.
+        The first call starts compiling the function into native code (cached on disk: a later process loads it)
+        and is answered by the numpy interpreter of its kernels, as are the calls made until the native code is
+        loaded (INTERPRET=0: the first call waits for it); then calls go straight to it. `compile()` waits.
         Called with Tensors (inside another function being traced, say), it is `fn` on them: its graph becomes part
         of the caller's, so functions compose and share their common work."""
         if self._native:
