@@ -60,7 +60,7 @@ BRATU_SIZE, BRATU_LAMBDA = 1000, 1.0
 ROSENBROCK_SIZE = 100
 # ember's kernels as exported keep the Python call's bits (no a*b + c fused into an FMA, see module.cpp.j2); the
 # ember+FMA column compiles the same code with this EMBER_KERNEL, which lets g++ fuse as it does CasADi's code
-FMA_KERNEL = '__attribute__((optimize("no-tree-slp-vectorize")))'
+FMA_KERNEL = '__attribute__((optimize("no-tree-slp-vectorize", "vect-cost-model=dynamic")))'
 
 TIMING_MAIN = """#include <algorithm>
 #include <chrono>

@@ -7,7 +7,9 @@ After:  the same, except that a loop `r` of N steps whose stores compare `(r + k
         PERIOD_LIMIT; the stores loop over r alone) is split: the first `lo` and the last few steps are peeled off as
         constants (the steps that padding gates or a negative remainder single out), and the steps between run as
         `r = lo + p*q + s`, q a new RANGE over whole periods and s = 0 .. p-1 unrolled. The symbolic rules then fold
-        each copy with the bounds of q: the remainders become constants, the gates true.
+        each copy with the bounds of q: the remainders become constants, the gates true. Where the folded copies are
+        one group of them repeated but for addresses (a banded derivative's columns), the loop takes one group per
+        step instead (`reroll`): the same operations, in a loop that C compilers vectorize.
 
 Why: the directions of a sparse jacobian are seeded by the color of each column, `(j % colors) == c`. Per step,
 testing them costs more than the derivative (the compressed Bratu jacobian: 30 instructions per nonzero); with
@@ -86,6 +88,34 @@ def at_step(stores: list[UOp], r: UOp, value: UOp) -> list[UOp]:
     return [graph_rewrite(substitute(st, {r: value}), pm_fold) for st in stores]
 
 
+def reroll(copies: list[list[UOp]], q: UOp) -> list[UOp] | None:
+    """The unrolled period as a loop over groups of its copies, where those groups are alike but for their
+    addresses, or None.
+
+    Folded, the copies often differ only by where they read and write: the Bratu jacobian's period is 3 times the
+    same column (the remainders picked each copy's entries, and the entries have the same formulas). A loop over
+    columns, `u` in place of `groups*q + g`, is the same work in a form C compilers vectorize (unit- and
+    small-stride streams; they do not vectorize the period's copies, whose loads overlap). Each group size d
+    dividing the period is tried, smallest first: the first group's stores, with every `a*q` written
+    `(a/groups)*u`, must give group g's stores exactly at `u = groups*q + g`, folded."""
+    period, steps = len(copies), int(q.src[0].arg)
+    for d in (d for d in range(1, period) if period % d == 0):
+        groups = period // d
+        u = UOp.range(UOp.const(q.dtype, steps * groups), q.arg.axis, q.arg.kind, q.dtype)
+        first = [st for copy in copies[:d] for st in copy]
+        scaled: dict[UOp, UOp] = {}
+        for n in UOp(Ops.SINK, dtypes.void, tuple(first)).toposort():
+            if n.op is Ops.MUL and q in n.src and (c := n.src[1] if n.src[0] is q else n.src[0]).op is Ops.CONST \
+                    and c.arg % groups == 0:
+                scaled[n] = u if c.arg == groups else u * (c.arg // groups)
+        body = [substitute(st, scaled) for st in first]
+        if any(q in n.src for st in body for n in st.toposort()): continue  # q in another form: not affine in u
+        if all(at_step(body, u, q * groups + g) == [st for copy in copies[g * d:(g + 1) * d] for st in copy]
+               for g in range(groups)):
+            return body
+    return None
+
+
 def split(stores: list[UOp], r: UOp, period: int, lo: int, hi: int) -> tuple[list[UOp], UOp]:
     """The stores over r as the steps before lo and from the last whole period on, peeled, and a new RANGE over
     the whole periods between, `period` copies each; and that RANGE."""
@@ -114,7 +144,11 @@ def split_periodic(sink: UOp) -> UOp:
         nodes = list(UOp(Ops.SINK, dtypes.void, tuple(periodic)).toposort())
         qlo, qhi = uniform_steps(nodes, q, int(q.src[0].arg), PEEL_PERIODS)
         if (qlo, qhi) != (0, int(q.src[0].arg)) and qhi - qlo >= 1:
-            new = [st for st in new if q not in st.ranges] + split(periodic, q, 1, qlo, qhi)[0]
+            peeled, q = split(periodic, q, 1, qlo, qhi)
+            new = [st for st in new if st not in periodic] + peeled
+            periodic = [st for st in new if q in st.ranges]
+        if (rolled := reroll([periodic[i:i + len(mine)] for i in range(0, len(periodic), len(mine))], q)):
+            new = [st for st in new if st not in periodic] + rolled
         sink = sink.replace(src=tuple([s for s in sink.src if s not in mine] + new))
         stores = [s for s in sink.src if s.op is Ops.STORE]
     return sink

@@ -79,3 +79,32 @@ def test_a_kernel_with_a_reduction_is_left_alone():
         assert in_loops(sink, Ops.MOD)
         want = np.where(np.arange(12)[:, None] % 3 == 0, x, -x).sum(1)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-14)
+
+
+def _sparse_derivatives(n: int) -> dict[str, object]:
+    import ember.ad
+    from ember.export import Arg, NumericalFunction
+    bratu = NumericalFunction("bratu", lambda x: x.pad((1, 0))[:n] - 2 * x + x.pad((0, 1))[1:] + 0.01 * x.exp(),
+                              [Arg(n)])  # square, zero boundary values
+    rosenbrock = NumericalFunction("rosen", lambda x: (100 * (x[1:] - x[:-1] * x[:-1]) ** 2 + (1 - x[:-1]) ** 2).sum(),
+                                   [Arg(n)])
+    return {"jacobian": ember.ad.spjacobian(bratu), "hessian": ember.ad.sphessian(rosenbrock)}
+
+
+@pytest.mark.parametrize("kind", ["jacobian", "hessian"])
+def test_a_period_of_alike_columns_rolls_into_a_loop_over_columns(kind, monkeypatch):
+    """A banded sparse derivative's period (3 colors of 3 nonzeros, or a star coloring's 4 columns) folds to the
+    same column repeated: rolled, the loop takes one column per step (a loop g++ vectorizes), with the same bits
+    as the unrolled period."""
+    import ember.codegen.periodic as periodic
+    n = 64
+    f = _sparse_derivatives(n)[kind]
+    x = RNG.uniform(0.5, 1.5, n)
+    sinks = [split_periodic(rangeify(item.ast)) for item in f.plan.items]
+    loops = [u for sink in sinks for u in sink.toposort() if u.op is Ops.RANGE]
+    assert loops and all(int(r.src[0].arg) > n // 2 for r in loops), [int(r.src[0].arg) for r in loops]
+    assert 3 in [len(in_loops(sink, Ops.STORE)) for sink in sinks], "one column: 3 stores a step"
+    rolled = f.call_kernels(x)
+    monkeypatch.setattr(periodic, "reroll", lambda copies, q: None)
+    g = _sparse_derivatives(n)[kind]
+    np.testing.assert_array_equal(rolled, g.call_kernels(x))
