@@ -185,19 +185,21 @@ class NumericalFunction:
     def _start_native(self) -> None:
         """Load the native code from the cache, or build it: in a thread while calls are evaluated with numpy
         (INTERPRET=1, when the interpreter can and is fast), else now."""
-        from ember.export import interpreter
         from ember.export.native import build_native, locate_native
         where = locate_native(self)
         call = where.load(self) if where is not None else None
-        refused = INTERPRET.value == 0 or interpreter.refusal(self.plan.items) is not None or \
-            interpreter.cost(self.plan.items) > INTERPRET_SECONDS
-        if INTERPRET.value == 1 and where is not None and call is None and not refused:
+        if INTERPRET.value == 1 and where is not None and call is None and self._interpretable():
             self._building = threading.Thread(target=self._build_in_background, args=(where,), daemon=True,
                                               name=f"ember build {self.name}")
             self._building.start()
             return
         self._native = call or (build_native(self, where) if where is not None else None) or False
-        if INTERPRET.value == 2 and not refused: self._check_interpreter()
+        if INTERPRET.value == 2 and self._interpretable(): self._check_interpreter()
+
+    def _interpretable(self) -> bool:
+        """The interpreter gives the native code's results and is fast enough to stand in for it."""
+        from ember.export.interpreter import cost, refusal
+        return refusal(self.plan.items) is None and cost(self.plan.items) <= INTERPRET_SECONDS
 
     def _build_in_background(self, where: Any) -> None:
         """At most one build per core compiles at once; at exit, the running ones finish (their compiler would

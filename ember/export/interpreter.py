@@ -5,14 +5,18 @@ operations, 3-4 s of codegen and g++); numpy evaluates the same kernel ASTs in m
 nothing in the cache evaluates here and starts the native build in a thread (function.py); calls switch to the
 native code once it is loaded.
 
-Every operation means here what the rendered C means, so the results are the native code's bit for bit:
+Every operation means here what the rendered C means, so the results are the native code's bit for bit (but for
+two cases in derivative arithmetic, below):
 - float64 and float32 + - * / and sqrt are IEEE operations in both, never fused (the native code is compiled with
   -ffp-contract=off); libm functions (float64 only) are the same C library's, called through `exec_alu`;
 - integer ops wrap at their width; / and % truncate toward zero, and a zero divisor gives 0 (render_int_division);
 - MAX is `(a > b || a != a) ? a : b`, which keeps NaN and picks b on ties (render_max);
 - a reduction folds its terms from the identity, in row-major order of the reduced axes, one at a time: the
   accumulator loop the lowerer makes (and its unrolled form, which rangeify builds in the same order); a single
-  term is the result itself, as rangeify folds a loop of one step (-0.0 stays -0.0).
+  term is the result itself, as rangeify folds a loop of one step (-0.0 stays -0.0);
+- a forward-mode product (arg TANGENT) with a zero factor is 0 whatever the other (a structural zero). Codegen folds
+  only the zeros it sees as constants, so where a zero tangent is computed at run time the native code can give
+  NaN (0 * inf) where this gives 0, and a zero's sign can differ where codegen folded one and this did not.
 What cannot promise that is refused (`refusal` says why) and compiles first as before: float16 and bfloat16 (C
 rounds their intermediates in float), float32 libm functions (sinf is not sin rounded to float), ops missing below.
 """
@@ -96,8 +100,7 @@ def _gather(u: UOp, x: Value, table: Value) -> Value:
 @functools.lru_cache(maxsize=4096)
 def _unrolled_axes(u: UOp) -> tuple[int, ...]:
     """The reduced axes rangeify unrolls (index_reduce): their terms are summed per loop step, then accumulated."""
-    op, axes = u.arg
-    src = u.src[0]
+    axes, src = u.arg[1], u.src[0]
     small = prod(u.shape) <= UNROLL_AXIS_LIMIT and not any(n.op is Ops.REDUCE_AXIS for n in src.toposort())
     return tuple(sorted(branching_axes(src, src.shape) & set(axes))) if small else ()
 
@@ -144,7 +147,6 @@ _BINARY: dict[Ops, Callable[[Value, Value], Value]] = {
     Ops.XOR: np.bitwise_xor, Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.MAX: _max}
 _UNARY: dict[Ops, Callable[[Value], Value]] = {Ops.NEG: np.negative, Ops.SQRT: np.sqrt, Ops.TRUNC: np.trunc,
                                                Ops.RECIPROCAL: lambda x: np.true_divide(1, x)}
-_EXACT_FLOATS = (dtypes.float32, dtypes.float64)
 
 
 def refusal(items: Sequence[ExecItem]) -> str | None:

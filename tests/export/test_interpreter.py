@@ -12,7 +12,7 @@ import pytest
 
 import ember.export.native as native
 from ember import Tensor
-from ember.errors import CompileError
+from ember.errors import CompileError, DTypeError, ShapeError
 from ember.export import Arg, NumericalFunction
 from ember.export.interpreter import refusal
 from ember.export.native import find_cxx
@@ -110,6 +110,17 @@ def test_a_first_call_is_interpreted_while_the_native_code_builds(tmp_path, monk
         f.compile()
     assert f._building is None and callable(f._native)
     for a, b in zip(first, f(x, y), strict=True): np.testing.assert_array_equal(a, b)
+
+
+def test_interpreted_calls_check_their_arguments_as_native_calls_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE", str(tmp_path))
+    f = NumericalFunction("interp_bad_input", lambda x: x * 2.0, [Arg((2, 3))])
+    with Context(INTERPRET=1):
+        with pytest.raises(ShapeError, match=r"argument 0 has shape \(3,\), expected \(2, 3\)"): f(np.ones(3))
+        assert f._building is not None  # the interpreter answered, and refused the shape
+        with pytest.raises(DTypeError, match="argument 0 has dtype complex128"): f(np.ones((2, 3), complex))
+        np.testing.assert_array_equal(f([[1, 2, 3], [4, 5, 6]]), [[2.0, 4.0, 6.0], [8.0, 10.0, 12.0]])
+        f.compile()
 
 
 def test_a_failed_background_build_is_raised_by_the_next_call(tmp_path, monkeypatch):
