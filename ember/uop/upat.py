@@ -171,9 +171,13 @@ class PatternMatcher:
 _VISIT, _REBUILD, _LINK, _EXPAND = 0, 1, 2, 3  # _EXPAND: visit the sources of a node no rule fires on
 
 
-def _rewrite_to_fixed_point(pm: PatternMatcher, node: UOp, ctx: Any, stage: str) -> UOp:
-    while (new := pm.rewrite(node, ctx, stage)) is not None: node = new
-    return node
+def _rewrite_to_fixed_point(pm: PatternMatcher, node: UOp, ctx: Any, stage: str, done: dict[UOp, UOp]) -> list[UOp]:
+    """The nodes rules rewrite `node` through, `node` first, until none fires or a step lands on a node already
+    rewritten (`done`). Every step is linked to the end, so a rule that makes fresh nodes (new loop axes) runs
+    once per node however many paths reach it (`relu(x @ w)` reads the matmul directly and through a DETACH)."""
+    chain = [node]
+    while chain[-1] not in done and (new := pm.rewrite(chain[-1], ctx, stage)) is not None: chain.append(new)
+    return chain
 
 
 def _rewrite_graph(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, stage: str,
@@ -194,9 +198,10 @@ def _rewrite_graph(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, sta
             replace[node] = replace[target]
             continue
         if step == _VISIT or step == _EXPAND:
-            if step == _VISIT and bottom_up and (new := _rewrite_to_fixed_point(pm, node, ctx, stage)) is not node:
-                # the fixed point ended on `new`: no rule fires on it, so only its sources are left to visit
-                stack.extend([(node, _LINK, new), (new, _EXPAND, None)])
+            if step == _VISIT and bottom_up and len(chain := _rewrite_to_fixed_point(pm, node, ctx, stage,
+                                                                                      replace)) > 1:
+                # the chain ends on a node no rule fires on (or one already done): only its sources are left
+                stack.extend([(n, _LINK, chain[-1]) for n in chain[:-1]] + [(chain[-1], _EXPAND, None)])
                 continue
             stack.append((node, _REBUILD, None))
             stack.extend((s, _VISIT, None) for s in reversed(node.src) if s not in replace)

@@ -290,3 +290,22 @@ def test_unroll_keeps_a_loop_over_an_axis_that_does_not_branch():
     n = np.arange(200.0).reshape(100, 2) / 100
     want = np.concatenate([np.exp(n[:, :1]), n[:, 1:] * 3], 1)
     np.testing.assert_allclose(value.numpy(), want.astype(np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("epilogue", [
+    lambda y: y.relu(), lambda y: y + 1, lambda y: y.maximum(0), lambda y: y.sigmoid(), lambda y: y.gelu(),
+    lambda y: (y > 0).where(y, y * 0.1), lambda y: y.detach() * y, lambda y: y.abs() + y.square(),
+], ids=["relu", "add", "maximum", "sigmoid", "gelu", "where", "detach", "abs_square"])
+def test_a_reduction_read_twice_is_computed_once(epilogue: Callable[[Tensor], Tensor]):
+    """Epilogues that read the matmul's value more than once (relu: a compare and a select; a detached copy) still
+    make one REDUCE, one accumulator and one reduce loop: the same value reached by two paths is lowered once."""
+    from ember.codegen import get_program
+    from ember.device import Device
+    x, w = Tensor.rand(8, 5).realize(), Tensor.rand(5, 3).realize()
+    sched = epilogue(x @ w).schedule()
+    assert len(sched) == 1
+    sink = rangeify(sched[0].ast)
+    assert sum(u.op is Ops.REDUCE for u in sink.toposort()) == 1
+    src = get_program(sched[0].ast, Device["CPU"].renderer).src
+    assert src.count("acc1") == 0 and src.count("for (") == 3, src
+    np.testing.assert_allclose(epilogue(x @ w).numpy(), epilogue(Tensor(x.numpy() @ w.numpy())).numpy(), rtol=1e-6)
