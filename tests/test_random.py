@@ -101,7 +101,22 @@ def test_uniform_and_normal_scale_and_shift():
 def test_random_values_are_computed_in_the_kernel_that_uses_them():
     Tensor.manual_seed(5)
     (item,) = (Tensor.rand(8, 8) * 2).schedule()
-    assert len(item.bufs) == 1  # no uploaded buffer of random numbers
+    assert [(b.size, b.dtype) for b in item.bufs] == [(64, dtypes.float32), (4, dtypes.uint32)]  # the seed and
+    # counter words, no uploaded buffer of random numbers
+
+
+def test_every_draw_of_a_shape_is_one_kernel():
+    """The seed and counter are kernel data: draws after each other and after a new seed share one AST (one compiled
+    program), and a dropout step is the same schedule each step (it compiled a new kernel per step before)."""
+    Tensor.manual_seed(1)
+    first = Tensor.rand(16, 3).schedule()[0].ast
+    assert Tensor.rand(16, 3).schedule()[0].ast is first
+    Tensor.manual_seed(2)
+    assert Tensor.randn(16, 3).schedule()[0].ast is Tensor.randn(16, 3).schedule()[0].ast
+    x = Tensor.ones(32, 8).contiguous().realize()
+    with Tensor.train():
+        steps = [[item.ast for item in (x.dropout(0.5) * 3).sum().schedule()] for _ in range(3)]
+    assert steps[0] == steps[1] == steps[2]
 
 
 def test_bad_random_arguments_are_named():

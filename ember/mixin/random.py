@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ember.dtype import DType, dtypes, to_dtype
 from ember.errors import DTypeError
 
@@ -21,15 +23,16 @@ PARITY = 0x1BD11BDA  # Threefry's key-schedule constant
 MANTISSA_BITS = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24}
 
 
-def threefry2x32(key: tuple[int, int], c0: Tensor, c1: Tensor) -> tuple[Tensor, Tensor]:
-    """The two uint32 words Threefry-2x32-20 makes of counters (c0, c1) under `key`."""
+def threefry2x32(key: tuple[Any, Any], c0: Tensor, c1: Tensor) -> tuple[Tensor, Tensor]:
+    """The two uint32 words Threefry-2x32-20 makes of counters (c0, c1) under `key` (two ints, or two uint32
+    tensors that broadcast against the counters)."""
     ks = (key[0], key[1], key[0] ^ key[1] ^ PARITY)
     x0, x1 = c0 + ks[0], c1 + ks[1]
     for group in range(5):
         for r in ROTATIONS[4 * (group % 2): 4 * (group % 2) + 4]:
             x0 = x0 + x1
             x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
-        x0, x1 = x0 + ks[(group + 1) % 3], x1 + (ks[(group + 2) % 3] + group + 1) % 2**32
+        x0, x1 = x0 + ks[(group + 1) % 3], x1 + ks[(group + 2) % 3] + (group + 1)  # uint32 adds wrap mod 2**32
     return x0, x1
 
 
@@ -47,14 +50,21 @@ class RandomMixin:
 
     @classmethod
     def _random_words(cls, n: int, device: str | None) -> tuple[Tensor, Tensor]:
-        """Two tensors of n random uint32 words each, from the next n counters."""
+        """Two tensors of n random uint32 words each, from the next n counters.
+
+        The seed and the first counter are data, not constants of the graph: four uint32 words in a buffer the
+        kernel reads. So every draw of one shape is the same kernel, compiled once (a dropout mask per training
+        step would otherwise be a new program per step, and a new file in the compile cache)."""
         from ember.tensor import Tensor
         start, RandomMixin._drawn = RandomMixin._drawn, RandomMixin._drawn + n
-        counter = Tensor.arange(n, device=device).cast(dtypes.uint64) + start
+        seed = RandomMixin._seed & 0xFFFFFFFFFFFFFFFF
+        words = np.array([seed & 0xFFFFFFFF, seed >> 32, start & 0xFFFFFFFF, (start >> 32) & 0xFFFFFFFF], np.uint32)
+        key_low, key_high, start_low, start_high = (w.reshape(1) for w in Tensor(words, device=device))
+        counter = Tensor.arange(n, device=device).cast(dtypes.uint64) + \
+            (start_low.cast(dtypes.uint64) | (start_high.cast(dtypes.uint64) << 32))
         low = (counter & 0xFFFFFFFF).cast(dtypes.uint32)
         high = (counter >> 32).cast(dtypes.uint32)
-        seed = RandomMixin._seed & 0xFFFFFFFFFFFFFFFF
-        return threefry2x32((seed & 0xFFFFFFFF, seed >> 32), low, high)
+        return threefry2x32((key_low, key_high), low, high)
 
     @classmethod
     def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:

@@ -9,7 +9,8 @@ What is realized (stored to a buffer): every output, every CONTIGUOUS, and a RED
 When only an elementwise chain lies between such a reduction and the broadcast, the end of the chain is stored
 instead, so the chain runs once inside the reduce kernel.
 An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops;
-one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental and is broadcast is stored once.
+one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
+and is broadcast is stored once.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 """
 
@@ -27,7 +28,7 @@ from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
 
 RECOMPUTE_LIMIT = 16  # ALU ops; a value dearer than this is stored once rather than recomputed by each reader
 BROADCAST_RECOMPUTE_SIZE = 64  # elements: a broadcast value this small is recomputed per copy (kernels this small
-# are unrolled and share it); a larger one that costs a transcendental is stored once
+# are unrolled and share it); a larger dear one (a transcendental, or over RECOMPUTE_LIMIT ops) is stored once
 
 
 @dataclass(eq=False)
@@ -136,8 +137,10 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
             expanded |= c.op is Ops.EXPAND or (c not in realized and broadcast[c])
         if u.op is Ops.REDUCE_AXIS and (expanded or len(kernels) > 1): realized.add(u)
         if u.op in GroupOp.Elementwise and expanded and ends_on_private_reduce(u, consumers): realized.add(u)
-        if u.op in GroupOp.Elementwise and expanded and dear[u] and prod(u.shape) > BROADCAST_RECOMPUTE_SIZE:
-            realized.add(u)  # a transcendental per copy of a broadcast (forward mode's partials, one per direction)
+        if u.op in GroupOp.Elementwise and expanded and (dear[u] or cost[u] > RECOMPUTE_LIMIT) and \
+                prod(u.shape) > BROADCAST_RECOMPUTE_SIZE:
+            realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
+            # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
     return realized, together
