@@ -3,15 +3,25 @@
 A device bundles an allocator, a renderer (UOps -> source), a compiler (source -> bytes) and a program class
 (bytes -> something callable with buffers). Backends live in ember/runtime/ops_<name>.py and are imported on
 first use, so a machine without CUDA never imports CUDA code.
+
+The cache directory (helpers.cache_dir) holds compiled kernels (compile/, lib/), rendered programs (program/,
+engine/realize.py) and NumericalFunction extensions (native/). Every entry is written atomically and read through
+`read_cached`, which marks it used; `cache_write` keeps the directory under EMBER_CACHE_MAX_MB by evicting the least
+recently used files.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import importlib
 import itertools
 import os
+import random
+import shutil
 import tempfile
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +30,7 @@ import numpy as np
 
 from ember.dtype import DType, to_numpy
 from ember.errors import DeviceError
-from ember.helpers import CACHELEVEL, cache_dir
+from ember.helpers import CACHE_MAX_MB, CACHELEVEL, cache_dir
 from ember.uop.ops import BufferArg, Ops, UOp
 
 # ---- buffers -----------------------------------------------------------------------------------------------------
@@ -104,13 +114,13 @@ class Compiler:
         if not CACHELEVEL: return self.compile(src)
         digest = hashlib.sha256(f"{self.cache_key}\0{src}".encode()).hexdigest()
         path = os.path.join(cache_dir(), "compile", digest[:2], digest)
-        try:
-            with open(path, "rb") as f: return f.read()
-        except FileNotFoundError:
-            pass
+        if (lib := read_cached(path)) is not None: return lib
         lib = self.compile(src)
-        write_atomically(path, lib)
+        cache_write(path, lib)
         return lib
+
+
+# ---- the cache directory -----------------------------------------------------------------------------------------
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -126,6 +136,96 @@ def write_atomically(path: str, data: bytes) -> None:
     except BaseException:
         if os.path.exists(tmp): os.unlink(tmp)
         raise
+
+
+def touch(path: str) -> None:
+    """Mark a cache entry as just used: eviction goes by modification time (atime is not kept on many mounts)."""
+    try:
+        os.utime(path)
+    except OSError:  # evicted meanwhile, or a read-only cache: the entry is still usable
+        pass
+
+
+def read_cached(path: str) -> bytes | None:
+    """The bytes of a cache entry, marked as used; None when there is none (or it cannot be read)."""
+    try:
+        with open(path, "rb") as f: data = f.read()
+    except OSError:
+        return None
+    touch(path)
+    return data
+
+
+def cache_write(path: str, data: bytes) -> None:
+    """Write a cache entry atomically, then maybe evict (see `maybe_evict`)."""
+    write_atomically(path, data)
+    maybe_evict(len(data))
+
+
+CHECKS_PER_CAP = 16  # eviction scans per cap's worth of bytes written: the cache overshoots its cap by about 1/16
+EVICT_TO = 0.8  # a scan over the cap evicts down to this fraction of it, so the next writes do not evict again
+STALE_TEMP_S = 3600.0  # a writer's temp file older than this was left by a crash; a younger one may be in use
+_evict_rng = random.Random()  # its own generator: users' seeds are not disturbed
+
+
+def maybe_evict(nbytes: int) -> None:
+    """After writing `nbytes`, scan the cache with probability CHECKS_PER_CAP * nbytes / cap. A scan stats every
+    file (about 6 us each), so it is amortized over writes, never paid on reads; being random rather than counted,
+    it needs no state shared between processes, yet a scan comes about every cap / 16 bytes written by them all."""
+    cap = CACHE_MAX_MB.value * 2**20
+    if cap > 0 and _evict_rng.random() * cap < CHECKS_PER_CAP * nbytes: evict_cache(cap)
+
+
+def evict_cache(cap: int, root: str | None = None) -> list[str]:
+    """Delete the least recently used files of the cache (default: cache_dir()) until it holds at most
+    EVICT_TO * cap bytes, when it holds more than `cap`; returns the deleted paths. Deleting a shared object that
+    some process has loaded is safe on POSIX systems: the mapping stays until that process unloads it."""
+    root = root or cache_dir()
+    entries: list[tuple[int, int, str]] = []  # (mtime ns, bytes, path)
+    stack, total, now = [root], 0, time.time()
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it: found = list(it)
+        except OSError:
+            continue
+        for e in found:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                    continue
+                st = e.stat(follow_symlinks=False)
+            except OSError:  # deleted by another process meanwhile
+                continue
+            if e.name.startswith(".tmp-"):
+                if now - st.st_mtime > STALE_TEMP_S: _unlink(e.path)
+                continue
+            entries.append((st.st_mtime_ns, st.st_size, e.path))
+            total += st.st_size
+    removed: list[str] = []
+    if total <= cap: return removed
+    entries.sort()
+    for _, size, path in entries:
+        if total <= EVICT_TO * cap: break
+        if _unlink(path): removed.append(path)
+        total -= size
+    return removed
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:  # another process evicted it first
+        return False
+
+
+@functools.cache
+def scratch_dir() -> str:
+    """A directory of this process's own, removed at exit: where files go that must exist on disk (a shared object to
+    load) when CACHELEVEL=0 keeps the cache directory untouched."""
+    path = tempfile.mkdtemp(prefix="ember-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 # ---- the device registry -----------------------------------------------------------------------------------------

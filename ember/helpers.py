@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -40,7 +41,10 @@ class ContextVar:
 DEBUG = ContextVar("DEBUG", 0)  # 1: kernels and times, 2: + schedule, 4: + source, 5: + uops, 6: + rewrites
 SPEC = ContextVar("SPEC", 0)  # check every stage's output against ember/uop/spec.py
 TRACK_REWRITES = ContextVar("TRACK_REWRITES", 0)  # record every rule firing (rule, before, after)
-CACHELEVEL = ContextVar("CACHELEVEL", 1)  # 0 disables the on-disk compile cache
+CACHELEVEL = ContextVar("CACHELEVEL", 1)  # 0: the cache directory is neither read nor written
+# the cache directory's size cap in MiB (0: no cap): 1 GiB keeps about eight full test-suite runs (126 MB each) or
+# some 25,000 kernels, and is small beside a disk; least recently used files go first (device.evict_cache)
+CACHE_MAX_MB = ContextVar("EMBER_CACHE_MAX_MB", 1024)
 # a NumericalFunction's first call with nothing compiled: 1 evaluates it with numpy while the native code builds in a
 # thread (export/interpreter.py), 0 waits for the compiler, 2 waits and checks that both give the same bits (tests)
 INTERPRET = ContextVar("INTERPRET", 1)
@@ -83,9 +87,24 @@ def strides_for_shape(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def cache_dir() -> str:
-    """Where ember keeps compiled kernels: $EMBER_CACHE, else $XDG_CACHE_HOME/ember, else ~/.cache/ember."""
+    """Where ember keeps compiled kernels and rendered programs: $EMBER_CACHE, else $XDG_CACHE_HOME/ember, else
+    ~/.cache/ember. Read on every call, so that tests (and users) may point it elsewhere while running."""
     base = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return os.getenv("EMBER_CACHE") or os.path.join(base, "ember")
+
+
+@functools.cache
+def source_hash() -> str:
+    """A hash of ember's own code and templates: cache entries derived by ember's code (rendered programs, native
+    extensions) name it in their key, so that a change to ember invalidates them."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith((".py", ".j2")):
+                with open(os.path.join(folder, name), "rb") as fh: digest.update(name.encode() + fh.read())
+    return digest.hexdigest()
 
 
 def colored(text: str, color: str) -> str:

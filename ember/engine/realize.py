@@ -2,17 +2,27 @@
 
 `GlobalCounters` adds up kernels run, ALU ops, bytes moved and time; DEBUG=1 prints each kernel as it runs,
 DEBUG=2 also the schedule, DEBUG=4 the source of each newly compiled kernel.
+
+Rendered programs are cached on disk (`cached_program`), keyed by `graph_text` of the kernel AST, the renderer,
+the flags codegen reads and ember's own source: a second process runs no codegen for kernels it has seen.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import hashlib
+import json
+import os
+import struct
 import time
 from dataclasses import dataclass
 
 from ember.codegen import get_program, kernel_name
-from ember.device import Device
-from ember.helpers import DEBUG, colored
-from ember.renderer import ProgramSpec
+from ember.device import Device, cache_write, read_cached
+from ember.dtype import DType
+from ember.helpers import CACHELEVEL, DEBUG, SPEC, TRACK_REWRITES, ContextVar, cache_dir, colored, source_hash
+from ember.renderer import ProgramSpec, Renderer
 from ember.schedule.kernelize import ExecItem
 from ember.uop.ops import UOp
 
@@ -50,10 +60,102 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     key = (device, ast)
     if key not in _runners:
         dev = Device[device]
-        spec = get_program(ast, dev.renderer)
+        spec = cached_program(ast, dev.renderer)
         if DEBUG >= 4: print(spec.src)
         _runners[key] = CompiledRunner(spec, dev.program(spec.name, dev.compiler.compile_cached(spec.src)))
     return _runners[key]
+
+
+# ---- the program cache -------------------------------------------------------------------------------------------
+
+PROGRAM_FORMAT = "ember program 1"  # bump when the entry's fields change
+# flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
+NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB"})
+
+
+def cached_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+    """get_program(ast, renderer), from the on-disk program cache when a process rendered this kernel before.
+
+    Codegen of a kernel costs 10 ms to seconds of Python (rangeify most), reading its entry well under one. A spec
+    read from the cache has `uops=None`. The cache is bypassed where codegen should be seen running (SPEC, rewrite
+    tracking, DEBUG>=5) and for CACHELEVEL=0; an entry that cannot be read or parsed is rebuilt."""
+    if not CACHELEVEL: return get_program(ast, renderer)
+    try:
+        digest = hashlib.sha256(program_key(ast, renderer).encode()).hexdigest()
+    except TypeError:  # an arg with no stable text: a key could not tell two such kernels apart
+        return get_program(ast, renderer)
+    path = os.path.join(cache_dir(), "program", digest[:2], digest + ".json")
+    if not (SPEC or TRACK_REWRITES or DEBUG >= 5) and (data := read_cached(path)) is not None:
+        if (spec := spec_from_json(data, ast)) is not None: return spec
+    spec = get_program(ast, renderer)
+    if not spec.opts: cache_write(path, spec_to_json(spec))  # chosen opts would need their own encoding
+    return spec
+
+
+def program_key(ast: UOp, renderer: Renderer) -> str:
+    """Everything the program rendered from `ast` follows from, as text: ember's source, the renderer and its
+    settings, the flags codegen reads, the AST. Raises TypeError where some arg has no stable text."""
+    flags = {k: v.value for k, v in sorted(ContextVar.registry.items()) if k not in NOT_CODEGEN_FLAGS}
+    return "\n".join([PROGRAM_FORMAT, source_hash(), f"{type(renderer).__module__}.{type(renderer).__qualname__}",
+                      renderer.device, value_text(vars(renderer), {}), value_text(flags, {}), graph_text(ast)])
+
+
+def spec_to_json(spec: ProgramSpec) -> bytes:
+    fields = {"name": spec.name, "src": spec.src, "device": spec.device, "buffer_count": spec.buffer_count,
+              "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes,
+              "src_sha256": hashlib.sha256(spec.src.encode()).hexdigest()}
+    return json.dumps(fields).encode()
+
+
+def spec_from_json(data: bytes, ast: UOp) -> ProgramSpec | None:
+    """The spec a cache entry holds, or None for an entry that is damaged (it is then rebuilt and rewritten)."""
+    try:
+        d = json.loads(data)
+        src, outputs = d["src"], tuple(d["outputs"])
+        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], *outputs)
+        if not (isinstance(src, str) and isinstance(d["name"], str) and isinstance(d["device"], str) and
+                all(type(n) is int for n in counts) and hashlib.sha256(src.encode()).hexdigest() == d["src_sha256"]):
+            return None
+        return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
+                           d["mem_bytes"])
+    except (ValueError, KeyError, TypeError, AttributeError):  # JSONDecodeError and UnicodeDecodeError included
+        return None
+
+
+def graph_text(sink: UOp) -> str:
+    """A UOp graph as text that is the same in every process: one line per node in toposort order, naming its op,
+    dtype, sources by their line number and arg (floats by their bits). Equal texts mean equal graphs, so its hash
+    keys caches shared between processes (programs here, native extensions in export/native.py)."""
+    numbered: dict[UOp, int] = {}
+    dtype_texts: dict[DType, str] = {}  # a graph has a few dtypes, each on many nodes
+    lines = []
+    for u in sink.toposort():
+        if (dtype := dtype_texts.get(u.dtype)) is None: dtype = dtype_texts[u.dtype] = value_text(u.dtype, numbered)
+        lines.append(f"{u.op.name} {dtype} {[numbered[s] for s in u.src]} {value_text(u.arg, numbered)}")
+        numbered[u] = len(numbered)
+    return "\n".join(lines)
+
+
+def value_text(x: object, numbered: dict[UOp, int]) -> str:
+    """An arg (or dtype) as text that tells apart every two values codegen could treat differently: True from 1,
+    0.0 from -0.0, NaNs by payload; a UOp by its line in `numbered`. TypeError for a kind with no stable text (a
+    repr may hold an address, or abbreviate as numpy does, where equal text would not mean equal value)."""
+    if x is None or type(x) is bool or type(x) is int: return repr(x)
+    if type(x) is float: return "f" + struct.pack("<d", x).hex()
+    if type(x) is str: return json.dumps(x)
+    if isinstance(x, tuple | list) and type(x) in (tuple, list):  # not a namedtuple: its fields would be lost
+        inner = ",".join(value_text(v, numbered) for v in x)
+        return f"({inner})" if type(x) is tuple else f"[{inner}]"
+    if isinstance(x, dict) and type(x) is dict:
+        return "{" + ",".join(f"{value_text(k, numbered)}:{value_text(v, numbered)}" for k, v in x.items()) + "}"
+    if isinstance(x, UOp):
+        if x not in numbered: raise TypeError("value_text: a UOp arg outside the graph")
+        return f"%{numbered[x]}"
+    if isinstance(x, enum.Enum): return f"{type(x).__qualname__}.{x.name}"
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        inner = ",".join(f"{f.name}={value_text(getattr(x, f.name), numbered)}" for f in dataclasses.fields(x))
+        return f"{type(x).__qualname__}{{{inner}}}"
+    raise TypeError(f"value_text: no stable text for a {type(x).__name__}")
 
 
 def print_schedule(schedule: list[ExecItem]) -> None:

@@ -10,7 +10,6 @@ rendering or compiling.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -25,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ember.device import write_atomically
+from ember.device import cache_write, scratch_dir, touch, write_atomically
 from ember.dtype import dtypes
+from ember.engine.realize import graph_text
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
-from ember.helpers import UNROLL, cache_dir
+from ember.helpers import CACHELEVEL, UNROLL, cache_dir, source_hash
 from ember.runtime.ops_cpu import pick_compiler
-from ember.uop.ops import UOp
 
 if TYPE_CHECKING:
     from ember.export.function import NumericalFunction
@@ -57,8 +56,14 @@ class NativeBuild:
     cxx: str
 
     def load(self, f: NumericalFunction) -> Callable[..., Any] | None:
-        """The cached extension's `call`, or None when it was not built yet."""
-        return _load(self.ext, self.path, f) if os.path.exists(self.path) else None
+        """The cached extension's `call`, or None when it was not built yet (or was evicted meanwhile)."""
+        if not os.path.exists(self.path): return None
+        try:
+            call = _load(self.ext, self.path, f)
+        except (ImportError, OSError):  # evicted between the check and the load, or damaged: built again
+            return None
+        touch(self.path)
+        return call
 
 
 def locate_native(f: NumericalFunction) -> NativeBuild | None:
@@ -73,8 +78,8 @@ def locate_native(f: NumericalFunction) -> NativeBuild | None:
     assert cxx is not None
     key_text = "\0".join([description, cxx, *CXX_FLAGS, sys.version, np.__version__, source_hash()])
     ext = f"ember_{f.name}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
-    return NativeBuild(ext, os.path.join(cache_dir(), "native", ext + (sysconfig.get_config_var("EXT_SUFFIX") or
-                                                                        ".so")), cxx)
+    folder = os.path.join(cache_dir(), "native") if CACHELEVEL else scratch_dir()
+    return NativeBuild(ext, os.path.join(folder, ext + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")), cxx)
 
 
 def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Callable[..., Any] | None:
@@ -96,7 +101,7 @@ def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Call
                os.path.join(tmp, "extension.cpp")]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode: raise CompileError(f"{f.name}: the C++ compiler failed:\n{done.stderr[-4000:]}")
-        with open(out, "rb") as fh: write_atomically(where.path, fh.read())
+        with open(out, "rb") as fh: (cache_write if CACHELEVEL else write_atomically)(where.path, fh.read())
     return _load(where.ext, where.path, f)
 
 
@@ -127,23 +132,6 @@ def describe(f: NumericalFunction) -> tuple[str, bool]:
         if (value := getattr(f, name, None)) is not None: lines.append(f"{name} {np.asarray(value).tolist()}")
     float16 = False
     for item in plan.items:
-        numbered: dict[UOp, int] = {}
-        lines.append(f"kernel {[roles[id(b)] for b in item.bufs]}")
-        for u in item.ast.toposort():
-            numbered[u] = len(numbered)
-            float16 |= u.dtype.scalar is dtypes.float16
-            lines.append(f"{u.op.name} {u.dtype!r} {[numbered[s] for s in u.src]} {u.arg!r}")
+        float16 |= any(u.dtype.scalar is dtypes.float16 for u in item.ast.toposort())
+        lines += [f"kernel {[roles[id(b)] for b in item.bufs]}", graph_text(item.ast)]
     return "\n".join(lines), float16
-
-
-@functools.cache
-def source_hash() -> str:
-    """A hash of ember's own code and templates: the same plan renders to other source after ember changes."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    digest = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith((".py", ".j2")):
-                with open(os.path.join(folder, name), "rb") as fh: digest.update(name.encode() + fh.read())
-    return digest.hexdigest()

@@ -38,7 +38,7 @@ class ProgramSpec:
     src: str
     device: str
     ast: UOp = field(repr=False)
-    uops: list[UOp] = field(repr=False)
+    uops: list[UOp] | None = field(repr=False)  # the linearized kernel; None in a spec read from the program cache
     buffer_count: int
     outputs: tuple[int, ...]  # which buffer slots the kernel writes
     flops: int  # ALU ops executed

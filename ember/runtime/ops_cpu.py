@@ -17,9 +17,9 @@ import tempfile
 import time
 from typing import Any
 
-from ember.device import Allocator, Compiled, Compiler, write_atomically
+from ember.device import Allocator, Compiled, Compiler, cache_write, read_cached, scratch_dir, touch, write_atomically
 from ember.errors import CompileError
-from ember.helpers import cache_dir
+from ember.helpers import CACHELEVEL, cache_dir
 from ember.renderer.cstyle import CRenderer
 
 C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-fno-math-errno",
@@ -51,11 +51,10 @@ def takes_float16(compiler: str, language: str) -> bool:
     stat = os.stat(binary)
     key = hashlib.sha256(f"{binary}\0{stat.st_size}\0{stat.st_mtime_ns}\0{language}".encode()).hexdigest()[:16]
     record = os.path.join(cache_dir(), "compilers", f"float16-{key}")
-    if os.path.exists(record):
-        with open(record, "rb") as fh: return fh.read() == b"yes"
+    if CACHELEVEL and (known := read_cached(record)) is not None: return known == b"yes"
     probe = subprocess.run([compiler, "-x", language, "-c", "-o", os.devnull, "-"], capture_output=True, text=True,
                            input="_Float16 twice(_Float16 x) { return x + x; }\n")
-    write_atomically(record, b"yes" if probe.returncode == 0 else b"no")
+    if CACHELEVEL: cache_write(record, b"yes" if probe.returncode == 0 else b"no")
     return probe.returncode == 0
 
 
@@ -91,9 +90,14 @@ class CPUProgram:
 
     def __init__(self, name: str, lib: bytes) -> None:
         self.name = name
-        self.path = os.path.join(cache_dir(), "lib", f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so")
-        if not os.path.exists(self.path): write_atomically(self.path, lib)
-        self.lib = ctypes.CDLL(self.path)
+        folder = os.path.join(cache_dir(), "lib") if CACHELEVEL else scratch_dir()
+        self.path = os.path.join(folder, f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so")
+        try:
+            self.lib = ctypes.CDLL(self.path)  # the file is there (as the name is a hash, with these bytes)
+            touch(self.path)
+        except OSError:  # not written yet, or evicted by another process
+            (cache_write if CACHELEVEL else write_atomically)(self.path, lib)
+            self.lib = ctypes.CDLL(self.path)
         self.fn = getattr(self.lib, name)
         self.fn.restype = None
 
