@@ -21,6 +21,7 @@ import numpy as np
 from ember.codegen import get_program, kernel_name
 from ember.device import Buffer
 from ember.dtype import DType, dtypes
+from ember.export.cpp_names import check_cpp_name, cpp_arg_names
 from ember.export.function import NumericalFunction
 from ember.renderer.cstyle import _LIBM, FLOATS, CRenderer, _libm, _src, c_type, pm_render_c
 from ember.uop.ops import Ops, UOp
@@ -57,14 +58,6 @@ def prelude_for(kernels: str) -> str:
     for name in reversed(CPP_HELPERS):
         if name in used: used.update(CPP_HELPERS[name][1])
     return "\n".join(code for name, (code, _) in CPP_HELPERS.items() if name in used)
-
-
-# C++ keywords and the names generated code uses itself: an argument called one of these is named in0, in1, ...
-CPP_RESERVED = frozenset("""alignas alignof and asm auto bool break case catch char class const constexpr continue
-decltype default delete do double else enum explicit export extern false float for friend goto if inline int long
-mutable namespace new noexcept not nullptr operator or private protected public register return short signed sizeof
-static struct switch template this throw true try typedef typename union unsigned using virtual void volatile while
-xor ws data std size nnz sparse_rows sparse_cols colors indptr indices""".split())
 
 
 def render_bitcast_cpp(ctx: dict[UOp, str], x: UOp) -> str:
@@ -132,9 +125,7 @@ def _constant_values(buf: Buffer) -> str:
 
 def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, Any]:
     plan = f.plan
-    names = f.arg_names
-    if len(set(names)) != len(names) or any(n in CPP_RESERVED or n.startswith("out") for n in names):
-        names = [f"in{i}" for i in range(len(f.args))]
+    names = cpp_arg_names(f.arg_names, f.name)
     inputs = [_Buf(n, f"{n}_t", c_type(a.dtype), a.shape, NPY_TYPES.get(a.dtype, ""))
               for n, a in zip(names, f.args, strict=True)]
     outputs = [_Buf(f"out{i}", f"out{i}_t", c_type(b.dtype), s, NPY_TYPES.get(b.dtype, ""))
@@ -189,11 +180,15 @@ def module_context(name: str, functions: list[NumericalFunction], make_ws: bool 
     """What the templates are rendered from: the module name, one model per function, the prelude. Without
     `make_ws` (the Python extension, which has its own workspace) the module needs no <memory>, whose parsing
     was half of a small function's compile time."""
-    if not name.isidentifier(): raise ValueError(f"generate_module: name {name!r} must be a C++ identifier")
+    check_cpp_name(name, "generate_module", global_scope=True)
     if len({f.name for f in functions}) != len(functions):
         raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
     renderer = CppRenderer()
     models = [_function_model(f, renderer) for f in functions]
+    defined = {k["name"] for m in models for k in m["kernels"]} | {c["name"] for m in models for c in m["constants"]}
+    if clashes := sorted(defined & {f.name for f in functions}):
+        raise ValueError(f"generate_module: functions {clashes} are named as another function's kernel or constant; "
+                         f"rename them")
     return {"module": name, "functions": models, "make_ws": make_ws,
             "prelude": prelude_for("\n".join(k["source"] for m in models for k in m["kernels"]))}
 

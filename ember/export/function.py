@@ -29,6 +29,7 @@ import numpy as np
 from ember.device import Buffer, Device, buffer_uop
 from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import DTypeError, EmberError, ShapeError
+from ember.export.cpp_names import check_cpp_name
 from ember.helpers import INTERPRET, Context, prod
 from ember.schedule.kernelize import ExecItem, create_schedule
 from ember.tensor import Tensor
@@ -89,7 +90,7 @@ class NumericalFunction:
                  arg_names: Sequence[str] | None = None, *, lazy: bool = False) -> None:
         """`lazy`: trace `fn` when first needed, not now (the transforms: their checks need only the function they
         transform, and a derivative used only inside another function is then never traced on its own)."""
-        if not name.isidentifier(): raise ValueError(f"NumericalFunction: name {name!r} must be an identifier")
+        check_cpp_name(name, "NumericalFunction")  # it names the function's C++ namespace, native calls included
         self.name, self.fn, self.args = name, fn, [a if isinstance(a, Arg) else Arg(a) for a in args]
         self.arg_names = list(arg_names) if arg_names is not None else _parameter_names(fn, len(self.args))
         self._traced: tuple[list[Tensor], list[Tensor], bool] | None = None
