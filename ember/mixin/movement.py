@@ -7,8 +7,11 @@ Arguments are checked here, before a graph is built, and errors name the op and 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ember.dtype import least_upper_dtype
 from ember.errors import ShapeError
@@ -19,9 +22,59 @@ if TYPE_CHECKING:
     from ember.tensor import Tensor
 
 
+def either_axis(op: str, axis: Any, dim: Any, default: Any = None) -> Any:
+    """The axis given as `axis=` (tinygrad's name) or `dim=` (torch's); both at once is an error, neither gives
+    `default`."""
+    if axis is not None and dim is not None:
+        raise TypeError(f"{op}: got both axis={axis!r} and dim={dim!r}; pass one of them (they mean the same)")
+    if axis is None and dim is None: return default
+    return dim if axis is None else axis
+
+
+def is_int_axis(axis: Any) -> bool:
+    """Whether `axis` names one axis (a Python or numpy int), not a sequence of them or None."""
+    return isinstance(axis, (int, np.integer))
+
+
+def axis_list(x: Tensor, axis: Any, op: str) -> list[int]:
+    """`axis` (an int or a sequence of ints) as non-negative axes of x, each at most once."""
+    items = [axis] if is_int_axis(axis) else (list(axis) if isinstance(axis, (tuple, list)) else None)
+    if items is None or not all(is_int_axis(a) for a in items):
+        raise TypeError(f"{op}: axis must be an int or a sequence of ints, got {axis!r} ({type(axis).__name__})")
+    axes = [x._axis(operator.index(a), op) for a in items]
+    for a in axes:
+        if axes.count(a) > 1:
+            raise ShapeError(f"{op}: axis {a} appears more than once in {tuple(items)}; name each axis once")
+    return axes
+
+
+def reduce_axes(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
+    """The sorted axes a reduction over `axis` covers: all of them for None or (), as torch."""
+    if axis is None or (isinstance(axis, (tuple, list)) and len(axis) == 0): return tuple(range(x.ndim))
+    axes = axis_list(x, axis, op)
+    return () if x.ndim == 0 else tuple(sorted(axes))
+
+
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
     """Accept `f(2, 3)` and `f((2, 3))`."""
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+
+
+def _tensor_list(op: str, first: Any, others: tuple[Any, ...], dim: int) -> tuple[list[Tensor], int]:
+    """The tensors and the axis of a cat or stack called on a tensor (`x.cat(y)`) or on a sequence of them (torch's
+    `Tensor.cat((x, y), dim)`, where a second positional argument is the axis)."""
+    from ember.tensor import Tensor
+    if isinstance(first, (tuple, list)):
+        if len(others) > 1 or (others and not is_int_axis(others[0])):
+            raise TypeError(f"{op}: after a sequence of tensors, only the axis may follow, got {others!r}")
+        if others: dim = operator.index(others[0])
+        if not first: raise ShapeError(f"{op}: got an empty sequence of tensors; give at least one")
+        tensors = list(first)
+    else: tensors = [first, *others]
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: expected Tensors, got {type(t).__name__}; pass the axis as dim=")
+    return tensors, dim
 
 
 def _part(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
@@ -79,7 +132,7 @@ class MovementMixin:
         """Pad by ((before, after), ...) per axis from the first, or torch's flat form from the last axis back.
 
         mode "constant" fills with `value`; "reflect" mirrors without repeating the edge, "replicate" repeats the
-        edge, "circular" wraps around (each as torch.nn.functional.pad)."""
+        edge, "circular" wraps around (each as torch.nn.functional.pad). Negative padding crops, in every mode."""
         if mode not in ("constant", "reflect", "replicate", "circular"):
             raise ValueError(f"pad: mode must be constant, reflect, replicate or circular, got {mode!r}")
         if all(isinstance(p, int) for p in padding):
@@ -91,13 +144,18 @@ class MovementMixin:
             if len(padding) != self.ndim:
                 raise ShapeError(f"pad: {len(padding)} (before, after) pairs for the {self.ndim} axes of {self.shape}")
             pairs = [(0, 0) if p is None else tuple(p) for p in padding]
-        if mode != "constant": return self._pad_from_data(pairs, mode)
+        # negative padding crops. torch's circular mode crops first and wraps what is left; reflect and replicate
+        # pad the whole axis first, then crop (the same for constant and replicate; reflect reads further in)
+        pads_first = mode in ("reflect", "replicate")
         for (b, a), s in zip(pairs, self.shape, strict=True):
-            if s + min(b, 0) + min(a, 0) < 0:
+            if (s + b + a if pads_first else s + min(b, 0) + min(a, 0)) < 0:
                 raise ShapeError(f"pad: padding {(b, a)} removes more than the {s} elements of an axis of {self.shape}")
-        if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops, as in torch
-            crop = tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape, strict=True))
-            return self.shrink(crop).pad([(max(b, 0), max(a, 0)) for b, a in pairs], value=value)
+        if any(b < 0 or a < 0 for b, a in pairs):
+            grown = [(max(b, 0), max(a, 0)) for b, a in pairs]
+            x = self.pad(grown, mode=mode) if pads_first else self
+            crop = [(max(-b, 0), n - max(-a, 0)) for (b, a), n in zip(pairs, x.shape, strict=True)]
+            return x.shrink(crop) if pads_first else x.shrink(crop).pad(grown, mode=mode, value=value)
+        if mode != "constant": return self._pad_from_data(pairs, mode)
         arg = tuple((int(b), int(a)) for b, a in pairs)
         if all(p == (0, 0) for p in arg): return self
         out = self._movement(Ops.PAD, arg)
@@ -111,7 +169,6 @@ class MovementMixin:
         x = self
         for axis, (before, after) in enumerate(pairs):
             n = x.shape[axis]
-            if before < 0 or after < 0: raise ShapeError(f"pad: {mode} padding cannot be negative, got {pairs}")
             limit = n - 1 if mode == "reflect" else (n if mode == "circular" else math.inf)
             if max(before, after) > limit or (n == 0 and before + after):
                 raise ShapeError(f"pad: {mode} padding {(before, after)} is too large for axis {axis} of size {n} "
@@ -135,9 +192,10 @@ class MovementMixin:
         return self if all(b == 0 and e == s for (b, e), s in zip(box, self.shape, strict=True)) else \
             self._movement(Ops.SHRINK, box)
 
-    def flip(self: Tensor, *axis: int | Sequence[int]) -> Tensor:
-        """The order of elements reversed along `axis`."""
-        axes = {self._axis(a, "flip") for a in _shape_arg(axis)}
+    def flip(self: Tensor, *axis: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        """The order of elements reversed along `axis` (torch's keyword: `dims`); naming an axis twice is an error."""
+        if axis and dims is not None: either_axis("flip", axis, dims)
+        axes = set(axis_list(self, _shape_arg(axis) if dims is None else dims, "flip"))
         flags = tuple(i in axes and s > 1 for i, s in enumerate(self.shape))
         return self._movement(Ops.FLIP, flags) if any(flags) else self
 
@@ -173,14 +231,16 @@ class MovementMixin:
         return self.reshape(self.shape[:d] + tuple(n // known if s == -1 else s for s in new) + self.shape[d + 1:])
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        """A new axis of size 1 at `dim` (counted in the result, so -1 appends)."""
         d = self._axis(dim, "unsqueeze")
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+    def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+        """The axes `dim` (an int or a tuple, as torch) removed where their size is 1; all such axes when None."""
         if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+        axes = axis_list(self, dim, "squeeze")
         if self.ndim == 0: return self
-        d = self._axis(dim, "squeeze")
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in axes and s == 1)))
 
     def _strided(self: Tensor, steps: list[int]) -> Tensor:
         """Every steps[i]-th element along each axis, starting with the first."""
@@ -197,8 +257,12 @@ class MovementMixin:
         return x
 
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
-        """Windows of `size` elements every `step` along `dim`, which becomes the two axes (n_windows, size) in its
-        place (tinygrad's layout; torch's unfold puts `size` last instead)."""
+        """Windows of `size` elements every `step` along `dim`, as torch.Tensor.unfold: axis `dim` becomes the
+        number of windows and a new last axis of length `size` holds each window.
+
+        >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
+        [[1, 2], [3, 4]]
+        """
         if self.ndim == 0: raise ShapeError("unfold: a 0-d tensor has no axis to cut into windows")
         d = self._axis(dim, "unfold")
         n = self.shape[d]
@@ -206,11 +270,11 @@ class MovementMixin:
             raise ShapeError(f"unfold: size must be >= 0 and step > 0, got size={size!r}, step={step!r}")
         if size > n: raise ShapeError(f"unfold: size {size} is larger than axis {d} of {self.shape} ({n})")
         windows = (n - size) // step + 1
-        if size == 0: return _part(self, d, 0, 0).reshape(self.shape[:d] + (windows, 0) + self.shape[d + 1:])
+        if size == 0: return _part(self, d, 0, 0).reshape(self.shape[:d] + (windows,) + self.shape[d + 1:] + (0,))
         from ember.mixin.nn import _pool
         last = [a for a in range(self.ndim) if a != d] + [d]
         pooled = _pool(self.permute(last), (size,), (step,), (1,))  # (..., windows, size)
-        return pooled.permute(list(range(d)) + [self.ndim - 1, self.ndim] + list(range(d, self.ndim - 1)))
+        return pooled.permute(list(range(d)) + [self.ndim - 1] + list(range(d, self.ndim - 1)) + [self.ndim])
 
     def meshgrid(self: Tensor, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of self and `others` (0-d or 1-d), as torch.meshgrid; "xy" swaps the first two axes."""
@@ -226,40 +290,82 @@ class MovementMixin:
             grids.append(t.reshape(tuple(-1 if a == axis else 1 for a in range(len(tensors)))).expand(sizes))
         return tuple(grids)
 
+    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The elements (i, i + offset) of axes `dim1` and `dim2`, as a new last axis; the other axes stay in order
+        (torch.diagonal). A view built from movement ops, so gradients flow back to the diagonal only.
+
+        >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal(1).tolist()
+        [2, 6]
+        """
+        if self.ndim < 2: raise ShapeError(f"diagonal: needs at least 2 axes, got {self.shape}")
+        a, b = self._axis(dim1, "diagonal"), self._axis(dim2, "diagonal")
+        if a == b: raise ShapeError(f"diagonal: dim1 and dim2 name the same axis {a} of {self.shape}; give two axes")
+        x = self.permute([i for i in range(self.ndim) if i not in (a, b)] + [a, b])
+        rows, cols = x.shape[-2], x.shape[-1]
+        lo_row, lo_col = max(-offset, 0), max(offset, 0)
+        n = max(min(rows - lo_row, cols - lo_col), 0)
+        if n == 0: return x.shrink([None] * (x.ndim - 2) + [(0, 0), (0, 0)]).reshape(x.shape[:-2] + (0,))
+        x = x.shrink([None] * (x.ndim - 2) + [(lo_row, lo_row + n), (lo_col, lo_col + n)])  # square: (..., n, n)
+        # element (i, i) of an n x n block is at flat position i * (n + 1): every (n+1)-th element from the first
+        return x.flatten(-2)._strided([1] * (x.ndim - 2) + [n + 1])
+
+    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+        """A 1-d tensor laid on diagonal `diagonal` of a square matrix of zeros, or the diagonal of a 2-d tensor as
+        a 1-d one (torch.diag).
+
+        >>> Tensor([1, 2]).diag(1).tolist()
+        [[0, 1, 0], [0, 0, 2], [0, 0, 0]]
+        """
+        if self.ndim == 2: return self.diagonal(diagonal)
+        if self.ndim != 1: raise ShapeError(f"diag: needs a 1-d or 2-d tensor, got {self.shape}")
+        n, k = self.shape[0], abs(diagonal)
+        # (n, 1) padded to (n, n+1) and read as n x n puts element i at (i, i)
+        square = self.reshape(n, 1).pad(((0, 0), (0, n))).flatten()[:n * n].reshape(n, n) if n else \
+            self.reshape(0, 0)
+        return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
+
     # ---- joining and splitting -----------------------------------------------------------------------------------
 
-    def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
-        """self and `others` joined along `dim`; every other axis must match.
+    def cat(self: Tensor | Sequence[Tensor], *others: Tensor | int, dim: int = 0) -> Tensor:
+        """self and `others` joined along `dim`; every other axis must match. Called as `x.cat(y, z)`,
+        `Tensor.cat(x, y)` or torch's `Tensor.cat((x, y), dim)`.
 
         Each piece is padded to the full length and the pieces are selected by position with `where`, so the values
         are copied exactly (adding zero-padded pieces would turn -0.0 into 0.0)."""
         from ember.tensor import Tensor
-        tensors = [self, *others]
-        d = self._axis(dim, "cat")
+        tensors, dim = _tensor_list("cat", self, others, dim)
+        first = tensors[0]
+        d = first._axis(dim, "cat")
         for t in tensors[1:]:
-            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape, strict=True))
-                                          if i != d):
-                raise ShapeError(f"cat: shapes {self.shape} and {t.shape} differ outside axis {d}")
+            if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
+                                           if i != d):
+                raise ShapeError(f"cat: shapes {first.shape} and {t.shape} differ outside axis {d}")
         dtype = tensors[0].dtype
         for t in tensors[1:]: dtype = least_upper_dtype(dtype, t.dtype)
         sizes = [t.shape[d] for t in tensors]
         total = sum(sizes)
-        position = Tensor.arange(total, device=self.device).reshape(tuple(total if i == d else 1
-                                                                          for i in range(self.ndim)))
+        position = Tensor.arange(total, device=first.device).reshape(tuple(total if i == d else 1
+                                                                           for i in range(first.ndim)))
         out: Tensor | None = None
         end = total
         for t, size in zip(reversed(tensors), reversed(sizes), strict=True):  # the last piece is the fallback
             start = end - size
-            piece = t.cast(dtype).pad(tuple((start, total - end) if i == d else (0, 0) for i in range(self.ndim)))
+            piece = t.cast(dtype).pad(tuple((start, total - end) if i == d else (0, 0) for i in range(first.ndim)))
             out = piece if out is None else (position < end).where(piece, out)
             end = start
         assert out is not None
         return out
 
-    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
-        """self and `others` (all of one shape) joined along a new axis `dim`."""
-        d = self._axis(dim, "unsqueeze")
-        return self.unsqueeze(d).cat(*(t.unsqueeze(d) for t in others), dim=d)
+    def stack(self: Tensor | Sequence[Tensor], *others: Tensor | int, dim: int = 0) -> Tensor:
+        """self and `others` (all of one shape) joined along a new axis `dim`. Called as `x.stack(y)`,
+        `Tensor.stack(x, y)` or torch's `Tensor.stack((x, y), dim)`."""
+        tensors, dim = _tensor_list("stack", self, others, dim)
+        for t in tensors[1:]:
+            if t.shape != tensors[0].shape:
+                raise ShapeError(f"stack: shapes {tensors[0].shape} and {t.shape} differ; stacked tensors need one "
+                                 "shape")
+        d = tensors[0]._axis(dim, "unsqueeze")
+        return tensors[0].unsqueeze(d).cat(*(t.unsqueeze(d) for t in tensors[1:]), dim=d)
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `sizes` elements along `dim` (an int: pieces of that size, the last one shorter)."""
@@ -298,10 +404,14 @@ class MovementMixin:
         x = x.expand(x.shape[:d + 1] + (repeats,) + x.shape[d + 2:])
         return x.reshape(x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 2:])
 
-    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int]) -> Tensor:
-        """Elements shifted along `dims` by `shifts`, wrapping around."""
-        shifts_ = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-        dims_ = (dims,) if isinstance(dims, int) else tuple(dims)
+    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        """Elements shifted along `dims` by `shifts`, wrapping around; without `dims`, the flattened tensor is rolled
+        and the shape restored, as torch."""
+        shifts_ = (shifts,) if is_int_axis(shifts) else tuple(shifts)
+        if dims is None:
+            if len(shifts_) != 1: raise ShapeError(f"roll: {len(shifts_)} shifts without dims; give one shift or dims")
+            return self.flatten().roll(shifts_, 0).reshape(self.shape)
+        dims_ = (dims,) if is_int_axis(dims) else tuple(dims)
         if len(shifts_) != len(dims_): raise ShapeError(f"roll: {len(shifts_)} shifts for {len(dims_)} dims")
         x = self
         for shift, dim in zip(shifts_, dims_, strict=True):
