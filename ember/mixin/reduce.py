@@ -8,11 +8,12 @@ float; any and all of uint8 give uint8.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from ember.dtype import DType, dtypes, least_upper_dtype
+from ember.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from ember.errors import ShapeError
 from ember.mixin.elementwise import broadcast_shape
+from ember.mixin.movement import either_axis, is_int_axis, reduce_axes
 from ember.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -21,17 +22,23 @@ if TYPE_CHECKING:
 Axis = int | Sequence[int] | None
 
 
+class ValuesIndices(NamedTuple):
+    """(values, indices) as torch's max/min/cummax/cummin/sort/topk return them: unpacks as a tuple, or read
+    `.values` and `.indices` (int64)."""
+
+    values: Tensor
+    indices: Tensor
+
+
 class ReduceMixin:
-    """Reductions over axes, and matrix products."""
+    """Reductions over axes, and matrix products.
+
+    Every reduction takes `axis=` (tinygrad's name) or `dim=` (torch's), not both."""
 
     __slots__ = ()
 
     def _reduce_axes(self: Tensor, axis: Axis, op: str) -> tuple[int, ...]:
-        if axis is None or axis == (): return tuple(range(self.ndim))  # torch: an empty tuple reduces everything
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        out = tuple(sorted({self._axis(a, op) for a in axes}))
-        if self.ndim == 0: return ()
-        return out
+        return reduce_axes(self, axis, op)
 
     def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: bool, name: str) -> Tensor:
         axes = self._reduce_axes(axis, name)
@@ -39,107 +46,161 @@ class ReduceMixin:
         if keepdim: return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def _accumulate_dtype(self: Tensor) -> tuple[DType, DType]:
-        """(the dtype to accumulate in, the dtype of the result)."""
+    def _accumulate_dtype(self: Tensor, dtype: DType | str | None = None) -> tuple[DType, DType]:
+        """(the dtype to accumulate in, the dtype of the result); `dtype` is the result dtype a user asked for."""
+        if dtype is not None:
+            out = to_dtype(dtype)
+            return (dtypes.float32 if out.is_float and out.itemsize < 4 else out), out
         if self.dtype.is_bool or self.dtype.is_int: return dtypes.int64, dtypes.int64
         if self.dtype.itemsize < 4: return dtypes.float32, self.dtype
         return self.dtype, self.dtype
 
-    def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
-        """The sum over `axis` (all axes when None)."""
-        acc, out = (dtype, dtype) if dtype is not None else self._accumulate_dtype()
-        return self.cast(acc)._reduce(Ops.ADD, axis, keepdim, "sum").cast(out)
+    def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None, *,
+            dim: Axis = None) -> Tensor:
+        """The sum over `axis` (all axes when None); `dtype` casts the input first, as torch."""
+        acc, out = self._accumulate_dtype(dtype)
+        return self.cast(acc)._reduce(Ops.ADD, either_axis("sum", axis, dim), keepdim, "sum").cast(out)
 
-    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """The product over `axis`."""
-        acc, out = self._accumulate_dtype()
-        return self.cast(acc)._reduce(Ops.MUL, axis, keepdim, "prod").cast(out)
+    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None, *,
+             dim: Axis = None) -> Tensor:
+        """The product over `axis`; `dtype` casts the input first, as torch."""
+        acc, out = self._accumulate_dtype(dtype)
+        return self.cast(acc)._reduce(Ops.MUL, either_axis("prod", axis, dim), keepdim, "prod").cast(out)
 
-    def max(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """The largest element over `axis` (NaN if any element is NaN)."""
-        self._check_nonempty(axis, "max")
-        return self._reduce(Ops.MAX, axis, keepdim, "max")
+    def _max_values(self: Tensor, axis: Axis, keepdim: bool, name: str = "max") -> Tensor:
+        self._check_nonempty(axis, name)
+        return self._reduce(Ops.MAX, axis, keepdim, name)
 
-    def min(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """The smallest element over `axis`."""
+    def _min_values(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
         self._check_nonempty(axis, "min")
-        if self.dtype.is_bool: return self.logical_not().max(axis, keepdim).logical_not()
-        if self.dtype.is_unsigned: return (self.dtype.max - self).max(axis, keepdim).__rsub__(self.dtype.max)
-        return -((-self).max(axis, keepdim))
+        if self.dtype.is_float: return -((-self)._max_values(axis, keepdim, "min"))
+        # ~x reverses the order of bools, signed ints (-x-1) and unsigned ints (max-x) and never overflows, where
+        # -x does for the most negative int
+        return ~((~self)._max_values(axis, keepdim, "min"))
 
-    def mean(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    def max(self: Tensor, dim: Axis = None, keepdim: bool = False, *, axis: Axis = None) -> Tensor | ValuesIndices:
+        """The largest element over an axis (NaN if any element is NaN).
+
+        The form of the result follows torch where torch has one: an int `dim` (positional, `x.max(1)`, or
+        `dim=1`) gives `(values, indices)` with int64 indices of the first largest element (the first NaN), as
+        torch.max. No axis, a tuple of axes, or the `axis=` keyword (tinygrad's form) give the values only.
+
+        >>> Tensor([[1, 5], [7, 2]]).max(1).indices.tolist()
+        [1, 0]
+        >>> Tensor([[1, 5], [7, 2]]).max(axis=1).tolist()
+        [5, 7]
+        """
+        if dim is not None and axis is not None: either_axis("max", axis, dim)
+        if is_int_axis(dim):
+            return ValuesIndices(self._max_values(dim, keepdim), self.argmax(dim, keepdim))
+        return self._max_values(dim if axis is None else axis, keepdim)
+
+    def min(self: Tensor, dim: Axis = None, keepdim: bool = False, *, axis: Axis = None) -> Tensor | ValuesIndices:
+        """The smallest element over an axis: `(values, indices)` for an int `dim`, the values otherwise (the rule
+        of `max`).
+
+        >>> Tensor([0, -2**31], dtype="int32").min().item()
+        -2147483648
+        """
+        if dim is not None and axis is not None: either_axis("min", axis, dim)
+        if is_int_axis(dim):
+            return ValuesIndices(self._min_values(dim, keepdim), self.argmin(dim, keepdim))
+        return self._min_values(dim if axis is None else axis, keepdim)
+
+    def mean(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
         """The average over `axis` (NaN over an empty axis)."""
+        axis = either_axis("mean", axis, dim)
         x = self if self.dtype.is_float else self.cast(dtypes.default_float)
         count = 1
         for a in self._reduce_axes(axis, "mean"): count *= self.shape[a]
         total = x.sum(axis, keepdim)
         return total.div(count) if count else total * float("nan")
 
-    def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
+    def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+            dim: Axis = None) -> Tensor:
         """The mean squared deviation over `axis`, divided by n - correction instead of n (Bessel's by default)."""
+        axis = either_axis("var", axis, dim)
         x = self.float_like()
         n = 1
         for a in self._reduce_axes(axis, "var"): n *= self.shape[a]
         deviation = x - x.mean(axis, keepdim=True)
         return deviation.square().sum(axis, keepdim).div(max(n - correction, 0))
 
-    def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
-        return self.var(axis, keepdim, correction).sqrt()
+    def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+            dim: Axis = None) -> Tensor:
+        """The square root of `var`."""
+        return self.var(either_axis("std", axis, dim), keepdim, correction).sqrt()
 
-    def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False,
-                 correction: float = 1) -> tuple[Tensor, Tensor]:
+    def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+                 dim: Axis = None) -> tuple[Tensor, Tensor]:
         """(var, mean) over `axis`, as torch.var_mean."""
+        axis = either_axis("var_mean", axis, dim)
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False,
-                 correction: float = 1) -> tuple[Tensor, Tensor]:
+    def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+                 dim: Axis = None) -> tuple[Tensor, Tensor]:
         """(std, mean) over `axis`, as torch.std_mean."""
+        axis = either_axis("std_mean", axis, dim)
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
         """log(sum(exp(x))) without overflow: the max is taken out first (and kept finite for all -inf rows)."""
+        axis = either_axis("logsumexp", axis, dim)
         x = self.float_like()
-        peak = x.max(axis, keepdim=True)
+        peak = x._max_values(axis, True, "logsumexp")
         peak = peak.isinf().where(0.0, peak).detach()
         out = (x - peak).exp().sum(axis, keepdim=True).log() + peak
         return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape)
                                                      if i not in self._reduce_axes(axis, "logsumexp")))
 
-    def softmax(self: Tensor, axis: int = -1) -> Tensor:
-        e = (self.float_like() - self.float_like().max(axis, keepdim=True).detach()).exp()
+    def softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
+                dim: int | None = None) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis` (the last by default); `dtype` casts the input first, as torch."""
+        axis = either_axis("softmax", axis, dim, default=-1)
+        x = self.float_like() if dtype is None else self.cast(dtype)
+        e = (x - x._max_values(axis, True, "softmax").detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
-    def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
-        return self.float_like() - self.logsumexp(axis, keepdim=True)
+    def log_softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
+                    dim: int | None = None) -> Tensor:
+        """x - logsumexp(x) along `axis` (the last by default); `dtype` casts the input first, as torch."""
+        axis = either_axis("log_softmax", axis, dim, default=-1)
+        x = self.float_like() if dtype is None else self.cast(dtype)
+        return x - x.logsumexp(axis, keepdim=True)
 
-    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The index (int64) of the first largest element over `axis` (of the flattened tensor when None); NaN wins."""
         from ember.tensor import Tensor
+        axis = either_axis("argmax", axis, dim)
         if axis is None: return self.flatten().argmax(0).reshape((1,) * self.ndim if keepdim else ())
+        if not is_int_axis(axis): raise TypeError(f"argmax: axis must be an int or None, got {axis!r}")
         a = self._axis(axis, "argmax")
+        if self.ndim == 0: return Tensor.zeros((), dtype=dtypes.int64, device=self.device)
         self._check_nonempty(a, "argmax")
         n = self.shape[a]
-        is_peak = self.eq(self.max(a, keepdim=True))
+        is_peak = self.eq(self._max_values(a, True, "argmax"))
         if self.dtype.is_float: is_peak = is_peak | self.isnan()
         countdown = Tensor.arange(n, 0, -1, dtype="int64", device=self.device).reshape(
             tuple(n if i == a else 1 for i in range(self.ndim)))
-        first = is_peak.where(countdown, 0).max(a, keepdim)
+        first = is_peak.where(countdown, 0)._max_values(a, keepdim, "argmax")
         return (n - first).cast("int64")
 
-    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The index of the first smallest element."""
         flipped = -self if self.dtype.is_float else ~self  # ~x = -x-1 reverses the order without overflow
-        return flipped.argmax(axis, keepdim)
+        return flipped.argmax(either_axis("argmin", axis, dim), keepdim)
 
-    def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    def any(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
         """Whether any element over `axis` is nonzero: bool, or uint8 for uint8 input (torch keeps that for
         backward compatibility)."""
-        out = self.ne(0).max(axis, keepdim) if self.numel() else self.ne(0).sum(axis, keepdim).ne(0)
+        axis = either_axis("any", axis, dim)
+        nonzero = self.ne(0)
+        out = nonzero._max_values(axis, keepdim, "any") if self.numel() else nonzero.sum(axis, keepdim).ne(0)
         return out.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else out
 
-    def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    def all(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
         """Whether every element over `axis` is nonzero: bool, or uint8 for uint8 input (as torch)."""
-        out = self.logical_not().any(axis, keepdim).logical_not()
+        out = self.logical_not().any(either_axis("all", axis, dim), keepdim).logical_not()
         return out.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else out
 
     def _check_nonempty(self: Tensor, axis: Axis, name: str) -> None:
