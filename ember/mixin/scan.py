@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ember.dtype import dtypes
+from ember.dtype import DType, dtypes
+from ember.mixin.movement import either_axis, is_int_axis
+from ember.mixin.reduce import ValuesIndices
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -59,7 +61,7 @@ def _take_along_last(x: Tensor, idx: Tensor) -> Tensor:
 
 
 def _reduce(x: Tensor, op: str, axis: int) -> Tensor:
-    return {"sum": x.sum, "prod": x.prod, "max": x.max, "min": x.min}[op](axis)
+    return {"sum": x.sum, "prod": x.prod, "max": x.max, "min": x.min}[op](axis=axis)
 
 
 def _scan_last(x: Tensor, op: str) -> Tensor:
@@ -108,59 +110,82 @@ class ScanMixin:
 
     __slots__ = ()
 
-    def _scan(self: Tensor, op: str, axis: int, name: str) -> Tensor:
-        if self.ndim == 0: return _scan_last(self.reshape(1), op).reshape(())
+    def _scan(self: Tensor, op: str, axis: int, name: str, dtype: DType | str | None = None) -> Tensor:
+        if not is_int_axis(axis): raise TypeError(f"{name}: axis must be an int, got {axis!r}")
         a = self._axis(axis, name)
-        x = self.transpose(a, -1)
+        x = self.reshape(1) if self.ndim == 0 else self.transpose(a, -1)
+        out = self.dtype
         if op in ("sum", "prod"):
-            acc, out = self._accumulate_dtype()
+            acc, out = self._accumulate_dtype(dtype)
             x = x.cast(acc)
-        return _scan_last(x, op).transpose(a, -1) if op in ("max", "min") else \
-            _scan_last(x, op).cast(out).transpose(a, -1)
+        scanned = (_scan_last(x, op) if x.shape[-1] else x).cast(out)  # an empty axis scans to itself, as torch
+        return scanned.reshape(()) if self.ndim == 0 else scanned.transpose(a, -1)
 
-    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
-        """Running sums along `axis` (ints give int64, as torch)."""
-        return self._scan("sum", axis, "cumsum")
+    def _scan_with_indices(self: Tensor, op: str, axis: int, name: str) -> ValuesIndices:
+        """Running max or min with, at each position, the index of the element it came from: the last one equal to
+        it (torch's rule, ties go to the later element), the last NaN once a NaN is seen."""
+        from ember.tensor import Tensor
+        values = self._scan(op, axis, name)
+        a = self._axis(axis, name)
+        n = self.shape[a] if self.ndim else 1
+        # element j sets the running value when it equals it; the index is then the latest such j, a running max
+        sets = self.eq(values) | self.isnan() if self.dtype.is_float else self.eq(values)
+        position = Tensor.arange(n, dtype=dtypes.int64, device=self.device).reshape(
+            tuple(n if i == a else 1 for i in range(self.ndim)))
+        return ValuesIndices(values, sets.where(position, 0)._scan("max", a, name))
 
-    def cumprod(self: Tensor, axis: int = 0) -> Tensor:
-        """Running products along `axis`."""
-        return self._scan("prod", axis, "cumprod")
+    def cumsum(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
+               dim: int | None = None) -> Tensor:
+        """Running sums along `axis` (the first by default; ints give int64 and `dtype` casts first, as torch)."""
+        return self._scan("sum", either_axis("cumsum", axis, dim, default=0), "cumsum", dtype)
 
-    def cummax(self: Tensor, axis: int = 0) -> Tensor:
-        """Running maxima along `axis` (NaN stays once seen); the values only, as tinygrad's cummax."""
-        return self._scan("max", axis, "cummax")
+    def cumprod(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
+                dim: int | None = None) -> Tensor:
+        """Running products along `axis` (the first by default)."""
+        return self._scan("prod", either_axis("cumprod", axis, dim, default=0), "cumprod", dtype)
 
-    def cummin(self: Tensor, axis: int = 0) -> Tensor:
-        """Running minima along `axis`."""
-        return self._scan("min", axis, "cummin")
+    def cummax(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> ValuesIndices:
+        """(running maxima, their int64 indices) along `axis` (the first by default), as torch.cummax: NaN stays
+        once seen; on ties the index is the later element's.
 
-    def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+        >>> Tensor([1, 3, 2, 3]).cummax(0).indices.tolist()
+        [0, 1, 1, 3]
+        """
+        return self._scan_with_indices("max", either_axis("cummax", axis, dim, default=0), "cummax")
+
+    def cummin(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> ValuesIndices:
+        """(running minima, their int64 indices) along `axis`, as torch.cummin (the rules of `cummax`)."""
+        return self._scan_with_indices("min", either_axis("cummin", axis, dim, default=0), "cummin")
+
+    def logcumsumexp(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> Tensor:
         """Running log(sum(exp(x))) along `axis`, computed stably (integers give the default float)."""
+        axis = either_axis("logcumsumexp", axis, dim, default=0)
         x = self.float_like()
         if x.ndim == 0: return _logcumsumexp_last(x.reshape(1)).reshape(())
         a = x._axis(axis, "logcumsumexp")
+        if x.shape[a] == 0: return x
         return _logcumsumexp_last(x.transpose(a, -1)).transpose(a, -1)
 
-    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> ValuesIndices:
         """(values, int64 indices) along `dim`, stable (equal values keep their order); NaN sorts as the largest."""
         from ember.tensor import Tensor
-        if self.ndim == 0: return self, Tensor.zeros((), dtype=dtypes.int64, device=self.device)
+        if self.ndim == 0: return ValuesIndices(self, Tensor.zeros((), dtype=dtypes.int64, device=self.device))
         a = self._axis(dim, "sort")
         x = self.transpose(a, -1)
         indices = _sorted_indices(x, descending)
-        return _take_along_last(x, indices).transpose(a, -1), indices.transpose(a, -1)
+        return ValuesIndices(_take_along_last(x, indices).transpose(a, -1), indices.transpose(a, -1))
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
         return self.sort(dim, descending)[1]
 
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
         """The k largest (or smallest) values along `dim` and their indices, in order."""
         from ember.errors import ShapeError
         from ember.tensor import Tensor
         a = self._axis(dim, "topk")
         n = self.shape[a] if self.ndim else 1
         if not 0 <= k <= n: raise ShapeError(f"topk: k={k} is out of range for an axis of size {n} in {self.shape}")
-        if self.ndim == 0: return self, Tensor.zeros((), dtype=dtypes.int64, device=self.device)
+        if self.ndim == 0: return ValuesIndices(self, Tensor.zeros((), dtype=dtypes.int64, device=self.device))
         x = self.transpose(a, -1)
         indices = _sorted_indices(x, descending=largest)[..., :k]  # only the k picked values are loaded
-        return _take_along_last(x, indices).transpose(a, -1), indices.transpose(a, -1)
+        return ValuesIndices(_take_along_last(x, indices).transpose(a, -1), indices.transpose(a, -1))
