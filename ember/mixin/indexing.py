@@ -192,7 +192,8 @@ class IndexingMixin:
         return out.permute(order)
 
     def __setitem__(self: Tensor, index: Any, value: Any) -> None:
-        """Write `value` (broadcast to the indexed shape) where `index` points, then realize self.
+        """Write `value` (broadcast to the indexed shape) where `index` points, then realize self. Of several writes
+        to one position the last in index order stays, as in torch's index_put on CPU and in numpy.
 
         Tensors built from self before the write keep the values they had (ember's tensors are values, not views)."""
         from ember.tensor import Tensor
@@ -212,7 +213,7 @@ class IndexingMixin:
             positions = positions.flatten()
             hit = positions.unsqueeze(-1).eq(Tensor.arange(self.numel(), device=self.device))  # (writes, numel)
             order = Tensor.arange(1, positions.numel() + 1, device=self.device).unsqueeze(-1)
-            last = hit.where(order, 0).max(0)  # 1 + the last write to each position, 0 for none
+            last = hit.where(order, 0).max(axis=0)  # 1 + the last write to each position, 0 for none
             picked = _select_last(v.reshape(1, -1), (last - 1).maximum(0))
             new = (last > 0).where(picked, self.flatten()).reshape(self.shape)
         self.assign(new.contiguous()).realize()
@@ -242,7 +243,10 @@ class IndexingMixin:
         return self._wrap(UOp(Ops.GATHER, self.dtype, (self.uop, idx.uop), axis))
 
     def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
-        """self with src[i][j][k] written at [i][index[i][j][k]][k] (dim=1); reduce 'add' or 'multiply' combines."""
+        """self with src[i][j][k] written at [i][index[i][j][k]][k] (dim=1); reduce 'add' or 'multiply' combines.
+
+        Without reduce, of several writes to one position the last along `dim` stays, as torch does on CPU; only
+        that write gets a gradient (torch gives one to every write, the overwritten ones too)."""
         if reduce is None: return _scatter(self, dim, index, src, "replace", True)
         if reduce not in ("add", "multiply"): raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got "
                                                                f"{reduce!r}")
@@ -315,7 +319,10 @@ def _check_same_rank(op: str, x: Tensor, index: Tensor, d: int) -> None:
 
 
 def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str, include_self: bool) -> Tensor:
-    """Every write of a scatter compared with every position of self's axis `dim`, then combined with `reduce`."""
+    """Every write of a scatter compared with every position of self's axis `dim`, then combined with `reduce`.
+
+    Writes that land on one position differ only in their place along `dim`; as in torch on CPU, a plain scatter
+    keeps the last of them and amax/amin count self among the candidates, so that ties share the gradient alike."""
     from ember.tensor import Tensor
     if self.ndim == 0:
         src1 = src.reshape(1) if isinstance(src, Tensor) else src
@@ -330,12 +337,19 @@ def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce:
     n = self.shape[d]
     idx = (index < 0).where(index + n, index)
     hit = idx.unsqueeze(-1).eq(_arange_like(n, idx))  # index.shape + (n,): write p lands on position m
+    count = hit.sum(d)
+    if reduce == "replace" and index.numel():  # keep only the last write to each position
+        order = Tensor.arange(1, index.shape[d] + 1, device=self.device).reshape(
+            tuple(index.shape[d] if a == d else 1 for a in range(hit.ndim)))
+        hit = hit & order.eq(hit.where(order, 0).max(axis=d, keepdim=True))
     vals = src.unsqueeze(-1)
     identity = {"replace": 0, "sum": 0, "mean": 0, "prod": 1, "amax": _lowest(self), "amin": _highest(self)}[reduce]
     spread = hit.where(vals, identity)
-    combined = {"replace": lambda t: t.sum(d), "sum": lambda t: t.sum(d), "mean": lambda t: t.sum(d),
-                "prod": lambda t: t.prod(d), "amax": lambda t: t.max(d), "amin": lambda t: t.min(d)}[reduce](spread)
-    count = hit.sum(d)
+    if reduce in ("amax", "amin") and include_self:  # self as one more candidate: the layout of spread, 1 write
+        mine = self.shrink([None if a == d else (0, s) for a, s in enumerate(index.shape)])
+        spread = mine.unsqueeze(-1).transpose(d, -1).cat(spread, dim=d)
+    if reduce in ("amax", "amin"): combined = spread.max(axis=d) if reduce == "amax" else spread.min(axis=d)
+    else: combined = spread.prod(d) if reduce == "prod" else spread.sum(d)
     # back to self's layout: the position axis returns to `dim`, the other axes grow to self's sizes
     def place(t: Tensor, fill: Any) -> Tensor:
         t = t.unsqueeze(d).transpose(d, -1).squeeze(-1)
@@ -349,9 +363,8 @@ def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce:
         div = cnt + 1 if include_self else cnt
         mean = total / div if self.dtype.is_float else total // div
         return written.where(mean.cast(self.dtype), self)
-    if not include_self: return written.where(value, self)
-    merged = {"sum": lambda: self + value, "prod": lambda: self * value, "amax": lambda: self.maximum(value),
-              "amin": lambda: self.minimum(value)}[reduce]()
+    if not include_self or reduce in ("amax", "amin"): return written.where(value, self)  # amax/amin: self is in
+    merged = self + value if reduce == "sum" else self * value
     return written.where(merged.cast(self.dtype), self)
 
 
