@@ -51,10 +51,11 @@ def grad_max(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
 
 
 def grad_pow(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
-    """d a**b = b * a**(b-1) da + a**b * log(a) db; the db term is 0 where a == 0 (torch's convention)."""
+    """d a**b = b * a**(b-1) da + a**b * log(a) db. As torch: the db term is 0 where a == 0 and b >= 0 (a**b is
+    constant there, or 0 * -inf), but inf * log(0) = -inf where a == 0 and b < 0, since 0**b falls from +inf."""
     x, y, out = as_tensor(a, ctx), as_tensor(b, ctx), as_tensor(ret, ctx)
     if (c := constant_of(b)) is not None: return ctx * (c * x.pow(c - 1) if c != 0 else x.zeros_like()), None
-    return ctx * y.eq(0).where(0.0, y * x.pow(y - 1)), ctx * x.eq(0).where(0.0, out * x.log())
+    return ctx * y.eq(0).where(0.0, y * x.pow(y - 1)), ctx * (x.eq(0) & (y >= 0)).where(0.0, out * x.log())
 
 
 def grad_atan2(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
