@@ -1,7 +1,9 @@
-"""Activation functions, composed from elementwise ops (their gradients come by composition).
+"""Activation functions and torch.nn.functional's softmin and normalize, composed from elementwise and reduce ops
+(their gradients come by composition).
 
 Each follows torch's definition and default arguments; where torch uses expm1 or log1p for accuracy near zero,
-so does ember.
+so does ember. Compositions are chosen so that no intermediate overflows: a where() keeps the value of an unused
+branch out of the result, but not out of the gradient (0 * inf is NaN), so exp() only ever sees a number <= 0.
 """
 
 from __future__ import annotations
@@ -21,13 +23,23 @@ class ActivationMixin:
     __slots__ = ()
 
     def sigmoid(self: Tensor) -> Tensor:
-        """1 / (1 + exp(-x))."""
-        return (1 + (-self.float_like()).exp()).reciprocal()
+        """1 / (1 + exp(-x)), written as e / (1 + e) with e = exp(x) for x <= 0: exp(-x) would overflow below
+        x = -88 (float32) and make the gradient inf * 0 = NaN."""
+        x = self.float_like()
+        is_positive = x > 0
+        e = is_positive.where(-x, x).exp()  # exp(-|x|), in (0, 1]; at 0 the derivative of the x branch is used
+        return is_positive.where(1, e) / (1 + e)
 
     def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-        """log(1 + exp(beta*x)) / beta, and x itself where beta*x > threshold (as torch)."""
-        x = self.float_like() * beta
-        return (x > threshold).where(self.float_like(), x.exp().log1p() / beta)
+        """log(1 + exp(beta*x)) / beta, and x itself where beta*x > threshold (as torch).
+
+        Computed as max(beta*x, 0) + log1p(exp(-|beta*x|)), whose exp cannot overflow: log1p(exp(beta*x)) as written
+        has a NaN gradient above the threshold, in the branch where() drops."""
+        x = self.float_like()
+        scaled = x * beta
+        is_positive = scaled > 0
+        soft = is_positive.where(scaled, 0) + is_positive.where(-scaled, scaled).exp().log1p()
+        return (scaled > threshold).where(x, soft / beta)
 
     def relu6(self: Tensor) -> Tensor: return self.hardtanh(0, 6)
 
@@ -70,8 +82,33 @@ class ActivationMixin:
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         """x limited to [min_val, max_val]; unlike clamp the derivative is 0 at the bounds, as torch's."""
         return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
-    def logsigmoid(self: Tensor) -> Tensor: return -(-self).softplus()
+    def logsigmoid(self: Tensor) -> Tensor:
+        """log(sigmoid(x)) = -softplus(-x), without softplus's threshold (torch has none here either)."""
+        return -(-self.float_like()).softplus(threshold=math.inf)
 
     def softsign(self: Tensor) -> Tensor:
         """x / (1 + |x|)."""
         return self.float_like() / (1 + self.float_like().abs())
+
+    def softmin(self: Tensor, axis: int = -1, *, dim: int | None = None) -> Tensor:
+        """softmax(-x) along `axis` (torch's `dim=` is accepted too): weights that favour the smallest entries."""
+        return (-self.float_like()).softmax(axis if dim is None else dim)
+
+    def normalize(self: Tensor, p: float = 2.0, axis: int = 1, eps: float = 1e-12, *, dim: int | None = None) -> Tensor:
+        """self / max(||self||_p, eps) with the p-norm taken along `axis`, as torch.nn.functional.normalize (which
+        calls the axis `dim`, also accepted; its default is 1). p may be any positive float, inf or -inf.
+
+        The root of the norm is taken only where the sum of powers is positive, so an all-zero slice has a finite
+        gradient (1 / eps, as torch's) where sqrt(0)'s derivative would make it NaN."""
+        if not (p > 0 or math.isinf(p)):
+            raise ValueError(f"normalize: unsupported norm order: p={p}; p must be positive, inf or -inf")
+        a = self._axis(axis if dim is None else dim, "normalize")
+        x = self.float_like()
+        if math.isinf(p): norm = x.abs().max(axis=a, keepdim=True) if p > 0 else x.abs().min(axis=a, keepdim=True)
+        elif p == 1: norm = x.abs().sum(a, keepdim=True)
+        else:
+            total = (x * x if p == 2 else x.abs().pow(p)).sum(a, keepdim=True)
+            is_positive = total > 0
+            root = is_positive.where(total, 1).sqrt() if p == 2 else is_positive.where(total, 1).pow(1 / p)
+            norm = is_positive.where(root, 0)
+        return x / norm.maximum(eps)
