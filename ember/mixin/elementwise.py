@@ -6,6 +6,7 @@ one ALU node. Float math on integer tensors first casts to the default float, as
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -85,17 +86,22 @@ class ElementwiseMixin:
             if isinstance(other, Tensor) and other.dtype is self.dtype and other.shape == self.shape:
                 return [self, other]
             if type(other) in (float, int) and self.dtype.is_float:  # a float tensor keeps its dtype for a number
-                return [self, self._const(other, self.dtype)._broadcast_to(self.shape)]
+                return [self, self._const(other, self.dtype, op)._broadcast_to(self.shape)]
         if dtype is None:
             dtype = promote_values([self, *(o for o in others if isinstance(o, Tensor))],
                                    [o for o in others if not isinstance(o, Tensor)])
-        as_tensors = [o if isinstance(o, Tensor) else self._const(o, dtype) for o in (self, *others)]
+        as_tensors = [o if isinstance(o, Tensor) else self._const(o, dtype, op) for o in (self, *others)]
         shape = broadcast_shape(op, *(t.shape for t in as_tensors))
         return [t.cast(dtype)._broadcast_to(shape) for t in as_tensors]
 
-    def _const(self: Tensor, value: Any, dtype: DType) -> Tensor:
+    def _const(self: Tensor, value: Any, dtype: DType, op: str = "const") -> Tensor:
+        """A Python number as a constant tensor of `dtype`. An int beyond 64 bits raises, as in torch, whatever the
+        dtype: silently wrapping 2**70 to 0 (or rounding it into a float) would hide the user's mistake."""
         if not isinstance(value, (bool, int, float)):
-            raise DTypeError(f"expected a Tensor or a Python number, got {type(value).__name__}")
+            raise DTypeError(f"{op}: expected a Tensor or a Python number, got {type(value).__name__}")
+        if type(value) is int and not -2**63 <= value < 2**64:
+            raise OverflowError(f"{op}: Python int too big to convert: {value}; ints must lie in [-2**63, 2**64) "
+                                f"(write a float, such as {float(value):.6g}, for a float result)")
         return self._wrap(UOp.const(dtype, value))
 
     def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -178,6 +184,12 @@ class ElementwiseMixin:
     def __and__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.AND, x, "and")
     def __or__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.OR, x, "or")
     def __xor__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.XOR, x, "xor")
+    # `1 & t` and friends: Python asks the Tensor on the right once int.__and__ gives up
+    def __rlshift__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.SHL, x, "lshift", reverse=True)
+    def __rrshift__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.SHR, x, "rshift", reverse=True)
+    def __rand__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.AND, x, "and", reverse=True)
+    def __ror__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.OR, x, "or", reverse=True)
+    def __rxor__(self: Tensor, x: Any) -> Tensor: return self._logical(Ops.XOR, x, "xor", reverse=True)
     def logical_not(self: Tensor) -> Tensor: return self.cast(dtypes.bool).ne(True)
 
     def __invert__(self: Tensor) -> Tensor:
@@ -216,6 +228,7 @@ class ElementwiseMixin:
     def log(self: Tensor) -> Tensor: return self._float_unary(Ops.LOG)
     def exp2(self: Tensor) -> Tensor: return self._float_unary(Ops.EXP2)
     def log2(self: Tensor) -> Tensor: return self._float_unary(Ops.LOG2)
+    def log10(self: Tensor) -> Tensor: return self.log2() * math.log10(2)  # exact at powers of 2, 1 ulp elsewhere
     def sqrt(self: Tensor) -> Tensor: return self._float_unary(Ops.SQRT)
     def sin(self: Tensor) -> Tensor: return self._float_unary(Ops.SIN)
     def cos(self: Tensor) -> Tensor: return self._float_unary(Ops.COS)
@@ -272,6 +285,9 @@ class ElementwiseMixin:
         A negative integer exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise, as torch."""
         a, b = self._operands("pow", exponent)
         if a.dtype.is_bool: raise DTypeError("pow: not defined for two bool operands (as in torch)")
+        if not a.dtype.is_float and type(exponent) is int and exponent < 0:  # numpy and torch refuse it too
+            raise ValueError(f"pow: integers to negative integer powers are not allowed: {self.dtype.name} ** "
+                             f"{exponent}; use a float base or exponent (x.float() ** {exponent}, x ** {exponent}.0)")
         if a.dtype in (dtypes.float32, dtypes.float64) and (short := _POWERS.get(constant_of(b.uop))) is not None:
             return short(a)
         if a.dtype.is_float: return self._wrap(UOp(Ops.POW, a.dtype, (a.uop, b.uop)))
@@ -319,8 +335,21 @@ class ElementwiseMixin:
         return (w.abs() < 0.5).where(near_start, near_end)
 
     def minimum(self: Tensor, x: Any) -> Tensor:
+        """The smaller of self and x elementwise; NaN wins. For floats it is -max(-a, -b), exact, so that a tie splits
+        the gradient in half as torch does (and as maximum does); integers compare (negating INT_MIN would wrap)."""
         a, b = self._operands("minimum", x)
-        return (a.isnan() | (a < b)).where(a, b) if a.dtype.is_float else (a < b).where(a, b)
+        return -((-a).maximum(-b)) if a.dtype.is_float else (a < b).where(a, b)
+
+    def logaddexp(self: Tensor, other: Any) -> Tensor:
+        """log(exp(self) + exp(other)) without overflow, as torch.logaddexp: max(a, b) + log1p(exp(-|a - b|)), and a
+        itself where a and b are the same infinity (-inf, -inf gives -inf; inf, inf gives inf; inf - inf would be NaN).
+
+        The difference is replaced by 0 there before it is used, so its NaN cannot reach the gradient either: the
+        gradients are sigmoid(a - b) and sigmoid(b - a), 1/2 each at a tie."""
+        a, b = (t.float_like() for t in self._operands("logaddexp", other))
+        same_inf = a.isinf() & a.eq(b)
+        diff = same_inf.where(0.0, a - b)
+        return same_inf.where(a, a.maximum(b) + (-diff.abs()).exp().log1p())
 
     def copysign(self: Tensor, other: Any) -> Tensor:
         """|self| with the sign bit of other (-0.0 and -NaN count as negative), in a float dtype as torch."""
@@ -348,6 +377,8 @@ class ElementwiseMixin:
 
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         """self limited to [min_, max_]; the gradient flows to self inside and at the bounds (as torch)."""
+        if min_ is None and max_ is None:
+            raise ValueError("clamp: no bound given: min_=None, max_=None; give min_, max_ or both")
         out = self if min_ is None else (self < min_).where(min_, self)
         return out if max_ is None else (out > max_).where(max_, out)
 
