@@ -14,7 +14,7 @@ Y[0, 0] = X[0, 0]  # a tie for max
 
 def amax(x, axis, keepdim=False):
     """max over an axis in ember or torch (torch's max(dim) returns a tuple)."""
-    return x.max(axis, keepdim) if isinstance(x, Tensor) else x.amax(axis, keepdim)
+    return x.max(axis=axis, keepdim=keepdim) if isinstance(x, Tensor) else x.amax(axis, keepdim)
 
 
 UNARY = [
