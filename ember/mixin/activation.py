@@ -91,7 +91,11 @@ class ActivationMixin:
         return self.float_like() / (1 + self.float_like().abs())
 
     def softmin(self: Tensor, axis: int = -1, *, dim: int | None = None) -> Tensor:
-        """softmax(-x) along `axis` (torch's `dim=` is accepted too): weights that favour the smallest entries."""
+        """softmax(-x) along `axis` (torch's `dim=` is accepted too): weights that favour the smallest entries.
+
+        >>> Tensor([1.0, 1.0, 3.0]).softmin(0).tolist()
+        [0.46831053495407104, 0.46831053495407104, 0.06337893754243851]
+        """
         return (-self.float_like()).softmax(axis if dim is None else dim)
 
     def normalize(self: Tensor, p: float = 2.0, axis: int = 1, eps: float = 1e-12, *, dim: int | None = None) -> Tensor:
@@ -99,7 +103,11 @@ class ActivationMixin:
         calls the axis `dim`, also accepted; its default is 1). p may be any positive float, inf or -inf.
 
         The root of the norm is taken only where the sum of powers is positive, so an all-zero slice has a finite
-        gradient (1 / eps, as torch's) where sqrt(0)'s derivative would make it NaN."""
+        gradient (1 / eps, as torch's) where sqrt(0)'s derivative would make it NaN.
+
+        >>> Tensor([[3.0, 4.0]]).normalize().tolist()
+        [[0.6000000238418579, 0.800000011920929]]
+        """
         if not (p > 0 or math.isinf(p)):
             raise ValueError(f"normalize: unsupported norm order: p={p}; p must be positive, inf or -inf")
         a = self._axis(axis if dim is None else dim, "normalize")
