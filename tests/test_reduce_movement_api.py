@@ -80,6 +80,16 @@ def test_min_and_max_at_the_dtype_extremes_match_torch(fn, dtype):
     assert_pair(getattr(Tensor(x), fn)(1), getattr(torch.from_numpy(x), fn)(1))
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+@pytest.mark.parametrize("fn", ["min", "max"])
+def test_min_and_max_of_wide_unsigned_extremes_match_numpy(fn, dtype):
+    """torch has no min/max for these dtypes, so numpy is the oracle."""
+    x = extremes(dtype)
+    check(lambda t: getattr(t, fn)(), lambda a: getattr(a, fn)(), [x], lib="numpy")
+    check(lambda t: getattr(t, fn)(axis=1), lambda a: getattr(a, fn)(1), [x], lib="numpy")
+    np.testing.assert_array_equal(getattr(Tensor(x), fn)(1).indices.numpy(), getattr(x, "arg" + fn)(1))
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_argmin_and_cummin_at_the_most_negative_int_match_torch(dtype):
     x = extremes(dtype)

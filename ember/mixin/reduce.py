@@ -3,6 +3,9 @@
 Result dtypes follow torch: sum and prod of bool or integers give int64 (uint64 too: the same bits, wrapping mod
 2**64), of float16/bfloat16 accumulate in float32 and round back once at the end; mean of integers gives the default
 float; any and all of uint8 give uint8.
+
+Axes are named `axis=` (tinygrad) or `dim=` (torch). max and min with one int dim return torch's (values, indices);
+with `axis=`, a tuple of axes or no axis, the values only (tinygrad's form).
 """
 
 from __future__ import annotations
