@@ -1,4 +1,10 @@
-"""The exceptions ember raises to users. Messages read `<op>: <what is wrong>: <values>; <what is valid>`."""
+"""The exceptions ember raises to users. Messages read `<op>: <what is wrong>: <values>; <what is valid>`.
+
+Each class also derives from the builtin exception PyTorch raises for the same mistake, so code written against
+torch (`except RuntimeError`, `except IndexError`) catches ember's errors too, and from the builtin ember raised
+before (ValueError, TypeError), so code written against earlier ember keeps working. The builtins combined here
+add no fields to BaseException, so one class can derive from several of them.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,22 @@ class EmberError(Exception):
     """Base of every error ember raises on purpose."""
 
 
-class ShapeError(EmberError, ValueError):
-    """Shapes that do not fit the op: broadcasting, reshape sizes, axes out of range."""
+class ShapeError(EmberError, ValueError, RuntimeError):
+    """Shapes that do not fit the op: broadcasting, reshape sizes, element counts.
+
+    A ValueError as in Python and numpy, and a RuntimeError because torch raises that for shape mismatches."""
 
 
-class DTypeError(EmberError, TypeError):
-    """A dtype the op cannot take, or two dtypes with no common type."""
+class AxisError(ShapeError, IndexError):
+    """An axis (dim) outside -ndim..ndim-1: an IndexError, as torch's "Dimension out of range"."""
+
+
+class DTypeError(EmberError, TypeError, RuntimeError):
+    """A dtype the op cannot take, or two dtypes with no common type.
+
+    A TypeError as in Python, and a RuntimeError because torch raises that for dtypes an op refuses ("result type
+    Float can't be cast to the desired output type Long", "Only Tensors of floating point ... can require
+    gradients")."""
 
 
 class DeviceError(EmberError, RuntimeError):
