@@ -1,7 +1,11 @@
 """The lazy Tensor: a user-facing handle on a tensor-level UOp graph. Nothing runs until it is realized.
 
 The op families live in ember/mixin/ (elementwise, movement, reduce, creation); this module holds construction,
-realization and conversion back to Python and numpy. Names, arguments and semantics follow PyTorch and tinygrad.
+gradients, assignment and the in-place ops built on it, realization, and conversion back to Python and numpy
+(float(), int(), np.asarray(), repr). Names, arguments and semantics follow PyTorch and tinygrad.
+
+In-place ops (`t += 1`, `t.add_(1)`) give the Tensor object a new lazy value, so everyone holding that object sees
+it; unlike torch, a view taken before (`t[0]`, `t.reshape(...)`) keeps the old values: views do not share storage.
 
 >>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()
 [3.0, 5.0, 7.0]
@@ -10,6 +14,7 @@ realization and conversion back to Python and numpy. Names, arguments and semant
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from contextlib import ContextDecorator
 from typing import Any, ClassVar
 
@@ -17,10 +22,10 @@ import numpy as np
 
 from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
-from ember.errors import DeviceError, DTypeError, EmberError, ShapeError
+from ember.errors import AxisError, DeviceError, DTypeError, EmberError, ShapeError
 from ember.helpers import prod
 from ember.mixin.activation import ActivationMixin
-from ember.mixin.creation import CreationMixin
+from ember.mixin.creation import CreationMixin, accepts_requires_grad, int_dtype_for
 from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.indexing import IndexingMixin
 from ember.mixin.movement import MovementMixin
@@ -60,19 +65,59 @@ def _data_to_uop(data: Any, dtype: DType | None, device: str) -> UOp:
     if isinstance(data, UOp): return data if dtype is None else data.cast(dtype)
     if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):  # np.float64 is a float too
         dt = dtype or dtypes.from_py(data)
+        if dtype is None and dt.is_int: dt = int_dtype_for("Tensor", data)
         return UOp.const(dt, data)
     if isinstance(data, (list, tuple)):
         dt = dtype or dtypes.from_py(data)
-        try:
-            arr = np.array(data, dtype=np.float32 if dt is dtypes.bfloat16 else to_numpy(dt))
-        except ValueError as e:
-            raise ShapeError(f"Tensor: nested lists must be rectangular: {e}") from None
-        return _numpy_to_uop(arr, dt, device)
+        arr = _nested_to_numpy(data, dt, infer=dtype is None)
+        return _numpy_to_uop(arr, dtypes.from_numpy(arr.dtype) if dtype is None and dt.is_int else dt, device)
     if isinstance(data, np.ndarray) or np.isscalar(data):
         arr = np.asarray(data)
         dt = dtype or dtypes.from_numpy(arr.dtype)
         return _numpy_to_uop(arr, dt, device)
     raise DTypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; give a number, list or numpy array")
+
+
+def _nested_to_numpy(data: list | tuple, dtype: DType, infer: bool) -> np.ndarray:
+    """Nested lists as an array of `dtype`; inferred ints that do not fit int32 come back as int64, as torch infers
+    (then `_data_to_uop` reads the array's dtype)."""
+    try:
+        return np.array(data, dtype=np.float32 if dtype is dtypes.bfloat16 else to_numpy(dtype))
+    except ValueError as e:
+        raise ShapeError(f"Tensor: nested lists must be rectangular: {e}") from None
+    except OverflowError as e:
+        if not (infer and dtype.is_int): raise OverflowError(f"Tensor: {e}; valid values are {dtype.min}..{dtype.max} "
+                                                             f"for {dtype.name}") from None
+    try:
+        return np.array(data, dtype=np.int64)
+    except OverflowError:
+        int_dtype_for("Tensor", *(v for v in _flat_ints(data) if isinstance(v, int)))  # raises, naming the value
+        raise
+
+
+def _flat_ints(data: Any) -> Any:
+    if isinstance(data, (list, tuple)):
+        for v in data: yield from _flat_ints(v)
+    else: yield data
+
+
+def _host_constant(u: UOp) -> np.ndarray | None:
+    """The value of a constant tensor (a CONST reshaped, expanded or detached) as a 0-d numpy array of its dtype, or
+    None. bfloat16 constants are left to a kernel: numpy has no bfloat16 to round in the same way."""
+    while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.DETACH): u = u.src[0]
+    if u.op is not Ops.CONST or u.dtype is dtypes.bfloat16: return None
+    return np.asarray(u.arg, dtype=to_numpy(u.dtype))
+
+
+def _host_values(x: Any) -> Any:
+    """x with every Tensor in it (nested in tuples, lists and dicts) replaced by a numpy copy of its values."""
+    if isinstance(x, Tensor): return x.numpy()
+    if isinstance(x, (list, tuple)): return type(x)(_host_values(v) for v in x)
+    if isinstance(x, dict): return {k: _host_values(v) for k, v in x.items()}
+    return x
+
+
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}  # an in-place result may go down this order into self, never up
 
 
 def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
@@ -89,12 +134,28 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     [3, 7]
     """
 
-    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "device", "_requires_grad", "grad", "__weakref__")
     # the tensors backward() may fill .grad of, by id: a WeakSet would compare tensors with ==, which is elementwise
     _needs_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
     no_grad: ClassVar[bool] = False  # set by `no_grad()`: new tensors are detached from their inputs
     training: ClassVar[bool] = False  # set by `Tensor.train()`: dropout and batchnorm behave as in training
     traced_inputs: ClassVar[set[UOp]] = set()  # placeholders of the NumericalFunctions being traced: no values yet
+    # numpy binary operators (np.float32(2) * t) defer to Tensor's reflected ones; ufuncs (np.exp(t)) raise TypeError
+    __array_ufunc__ = None
+
+    # random.py's creators, given torch's `requires_grad=` keyword (creation.py's take it in their signatures)
+    rand = accepts_requires_grad(vars(RandomMixin)["rand"])
+    randn = accepts_requires_grad(vars(RandomMixin)["randn"])
+    uniform = accepts_requires_grad(vars(RandomMixin)["uniform"])
+    normal = accepts_requires_grad(vars(RandomMixin)["normal"])
+    randint = accepts_requires_grad(vars(RandomMixin)["randint"])
+    randperm = accepts_requires_grad(vars(RandomMixin)["randperm"])
+    rand_like = accepts_requires_grad(vars(RandomMixin)["rand_like"])
+    randn_like = accepts_requires_grad(vars(RandomMixin)["randn_like"])
+    kaiming_uniform = accepts_requires_grad(vars(RandomMixin)["kaiming_uniform"])
+    kaiming_normal = accepts_requires_grad(vars(RandomMixin)["kaiming_normal"])
+    glorot_uniform = accepts_requires_grad(vars(RandomMixin)["glorot_uniform"])
+    scaled_uniform = accepts_requires_grad(vars(RandomMixin)["scaled_uniform"])
 
     @staticmethod
     def train(mode: bool = True) -> _ClassFlag:
@@ -106,29 +167,52 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         self.device = Device.canonicalize(device or Device.DEFAULT)
         self.uop: UOp = _data_to_uop(data, None if dtype is None else to_dtype(dtype), self.device)
         self.grad: Tensor | None = None
-        self.requires_grad = None
+        self._requires_grad: bool | None = None
         if requires_grad: self.requires_grad_()
 
     @classmethod
     def _from_uop(cls, uop: UOp, device: str) -> Tensor:
         out = cls.__new__(cls)
-        out.uop, out.device, out.requires_grad, out.grad = uop, device, None, None
+        out.uop, out.device, out._requires_grad, out.grad = uop, device, None, None
         return out
 
+    # ---- derivatives ---------------------------------------------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """Whether backward() fills `.grad`: True, False, or None (undecided: a layer's new parameter, which an
+        optimizer makes trainable, where False marks a buffer it leaves alone). Setting it is `requires_grad_()`.
+
+        >>> w = Tensor([1.0, 2.0])
+        >>> w.requires_grad = True
+        >>> _ = (w * w).sum().backward()
+        >>> w.grad.tolist()
+        [2.0, 4.0]
+        """
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        if value is not None: self.requires_grad_(bool(value))
+        else:
+            Tensor._needs_grad.pop(id(self), None)
+            self._requires_grad = None
+
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        """Mark self as a leaf whose gradient backward() fills in.
+        """Mark self as a leaf whose gradient backward() fills in (or, with False, as one it does not).
 
         A leaf is stored in a buffer of its own first: gradients are found by node, and equal constants are one
         node (hash-consing), so `Tensor(2.0)` as a parameter must not be the same node as a constant 2.0."""
         from ember.schedule.kernelize import is_buffer_view
-        self.requires_grad = requires_grad
+        if requires_grad and not self.dtype.is_float:
+            raise DTypeError(f"requires_grad_: only tensors of floating point dtype can require gradients: got "
+                             f"{self.dtype.name}; cast to a float dtype first (as torch)")
+        self._requires_grad = requires_grad
         if requires_grad:
             if not is_buffer_view(self.uop): self.uop = self.contiguous().realize().uop
             Tensor._needs_grad[id(self)] = self
         else: Tensor._needs_grad.pop(id(self), None)
         return self
-
-    # ---- derivatives ---------------------------------------------------------------------------------------------
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d self / d target for each target, as lazy tensors (self must be a scalar unless `gradient` is given).
@@ -160,19 +244,106 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         """The same values, with no gradient flowing back through them."""
         return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
+    # ---- assignment and in-place ops ----------------------------------------------------------------------------
+
     def assign(self, value: Tensor | Any) -> Tensor:
-        """Give self the values of `value` (same shape; cast to self's dtype), keeping self's identity.
+        """Give self the values of `value` (self's shape, or a number for every element; cast to self's dtype),
+        keeping self's identity.
 
         This is how parameters and optimizer state are updated: the new value is lazy until realized, and tensors
-        built from self before the assign keep reading the old values."""
-        from ember.tensor import Tensor
+        built from self before the assign keep reading the old values. A value known without running anything (a
+        number, list or numpy array, or a constant tensor) is copied into a new buffer at once, with no kernel:
+        kernels read it as data, so a learning rate assigned every step does not make each kernel reading it a new
+        program, as a constant compiled into them would.
+
+        >>> lr = Tensor(0.5)
+        >>> lr.assign(0.25).item()
+        0.25
+        """
+        if not isinstance(value, Tensor) and np.ndim(value) == 0:
+            self.uop = _numpy_to_uop(np.broadcast_to(np.asarray(value), self.shape), self.dtype, self.device)
+            return self
         if not isinstance(value, Tensor): value = Tensor(value, device=self.device, dtype=self.dtype)
         if value.shape != self.shape:
             raise ShapeError(f"assign: value of shape {value.shape} does not match the tensor's {self.shape}")
         if value.device != self.device:
             raise DeviceError(f"assign: value is on {value.device}, the tensor on {self.device}")
-        self.uop = value.cast(self.dtype).uop
+        constant = _host_constant(value.uop)
+        if constant is not None:
+            self.uop = _numpy_to_uop(np.broadcast_to(constant, self.shape), self.dtype, self.device)
+        else: self.uop = value.cast(self.dtype).uop
         return self
+
+    def _check_writable(self, op: str) -> None:
+        if self.requires_grad and not Tensor.no_grad:
+            raise RuntimeError(f"{op}: a leaf tensor that requires grad cannot change in place, as in torch: its "
+                               "gradient would be lost; update it inside `with no_grad():` or with assign(), as "
+                               "optimizers do, or compute a new tensor (t = t + x)")
+
+    def _in_place(self, op: str, value: Tensor) -> Tensor:
+        """self.assign(value), the result of the in-place op `op`, under torch's rules: no leaf that requires grad,
+        the result's dtype must cast to self's without changing kind (float to int is refused), same shape."""
+        self._check_writable(op)
+        if _KIND_RANK[value.dtype.kind] > _KIND_RANK[self.dtype.kind]:
+            raise DTypeError(f"{op}: result type {value.dtype.name} can't be cast to the tensor's dtype "
+                             f"{self.dtype.name}; in-place ops keep the dtype: cast the operand, or write t = t op x")
+        if value.shape != self.shape:
+            raise ShapeError(f"{op}: the result's shape {value.shape} does not match the tensor's {self.shape}; an "
+                             "in-place op cannot change the shape")
+        return self.assign(value)
+
+    def add_(self, other: Any, alpha: float = 1) -> Tensor:
+        """self += alpha * other, in place (torch's add_)."""
+        return self._in_place("add_", self + (other if alpha == 1 else other * alpha))
+
+    def sub_(self, other: Any, alpha: float = 1) -> Tensor:
+        """self -= alpha * other, in place (torch's sub_)."""
+        return self._in_place("sub_", self - (other if alpha == 1 else other * alpha))
+
+    def mul_(self, other: Any) -> Tensor: return self._in_place("mul_", self * other)
+
+    def div_(self, other: Any, rounding_mode: str | None = None) -> Tensor:
+        return self._in_place("div_", self.div(other, rounding_mode=rounding_mode))
+
+    def clamp_(self, min_: Any = None, max_: Any = None) -> Tensor:
+        return self._in_place("clamp_", self.clamp(min_, max_))
+
+    clip_ = clamp_
+
+    def zero_(self) -> Tensor:
+        """Every element 0, in place: a new buffer copied in, no kernel."""
+        self._check_writable("zero_")
+        return self.assign(0)
+
+    def fill_(self, value: Any) -> Tensor:
+        """Every element `value` (a number or a one-element tensor), in place, cast to self's dtype."""
+        self._check_writable("fill_")
+        if not isinstance(value, Tensor): return self.assign(value)
+        if value.numel() != 1:
+            raise ShapeError(f"fill_: the value has {value.numel()} elements {value.shape}; give a number or a "
+                             "one-element tensor")
+        return self.assign(value.reshape((1,) * self.ndim).expand(self.shape))
+
+    def copy_(self, src: Tensor | Any) -> Tensor:
+        """The values of `src` (broadcast to self's shape, cast to self's dtype, moved to self's device), in place."""
+        self._check_writable("copy_")
+        if not isinstance(src, Tensor): src = Tensor(src, device=self.device)
+        if src.device != self.device: src = src.to(self.device)
+        return self.assign(src if src.shape == self.shape else src._broadcast_to(self.shape))
+
+    def __iadd__(self, x: Any) -> Tensor: return self._in_place("+=", self + x)
+    def __isub__(self, x: Any) -> Tensor: return self._in_place("-=", self - x)
+    def __imul__(self, x: Any) -> Tensor: return self._in_place("*=", self * x)
+    def __itruediv__(self, x: Any) -> Tensor: return self._in_place("/=", self / x)
+    def __ifloordiv__(self, x: Any) -> Tensor: return self._in_place("//=", self // x)
+    def __imod__(self, x: Any) -> Tensor: return self._in_place("%=", self % x)
+    def __ipow__(self, x: Any) -> Tensor: return self._in_place("**=", self ** x)
+    def __imatmul__(self, x: Tensor) -> Tensor: return self._in_place("@=", self @ x)
+    def __iand__(self, x: Any) -> Tensor: return self._in_place("&=", self & x)
+    def __ior__(self, x: Any) -> Tensor: return self._in_place("|=", self | x)
+    def __ixor__(self, x: Any) -> Tensor: return self._in_place("^=", self ^ x)
+    def __ilshift__(self, x: Any) -> Tensor: return self._in_place("<<=", self << x)
+    def __irshift__(self, x: Any) -> Tensor: return self._in_place(">>=", self >> x)
 
     def _wrap(self, uop: UOp) -> Tensor:
         if Tensor.no_grad and uop.op is not Ops.DETACH: uop = UOp(Ops.DETACH, uop.dtype, (uop,))
@@ -208,15 +379,66 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         if not self.shape: raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
-    def __repr__(self) -> str:
-        return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}>"
-
     def __hash__(self) -> int: return id(self)
+
+    # ---- Python and numpy protocols ------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        """The values (numpy's layout, summarized past 1000 elements as torch does), shape, dtype and device.
+
+        Realizes the values, as torch's repr does; a tensor computed from a NumericalFunction's traced inputs shows
+        no values: they are not known until the function is called.
+
+        >>> Tensor([[1.0, 2.0], [3.0, 4.0]])
+        Tensor([[1., 2.],
+                [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)
+        """
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        if self._traced():
+            return f"Tensor(<traced>, shape={self.shape}, dtype={self.dtype.name}, device={self.device}{grad})"
+        values = np.array2string(self.numpy(), separator=", ", prefix="Tensor(", threshold=1000, edgeitems=3)
+        return f"Tensor({values}, shape={self.shape}, dtype={self.dtype.name}, device={self.device}{grad})"
+
+    def __format__(self, spec: str) -> str:
+        """f"{t:.3f}" formats the value of a one-element tensor; an empty spec is str(t)."""
+        if not spec: return str(self)
+        return format(self._scalar(f"format {spec!r}"), spec)
+
+    def _scalar(self, op: str) -> Scalar:
+        if self.numel() != 1:
+            raise ShapeError(f"{op}: only one-element tensors convert to a Python scalar: got {self.numel()} elements "
+                             f"{self.shape}; use .tolist(), or reduce first (.sum(), .any())")
+        return self.item()
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ValueError(f"bool: the truth value of a tensor with {self.numel()} elements is ambiguous")
+            raise ShapeError(f"bool: the truth value of a tensor with {self.numel()} elements {self.shape} is "
+                             "ambiguous; use .any() or .all()")
         return bool(self.item())
+
+    def __float__(self) -> float: return float(self._scalar("float"))
+    def __int__(self) -> int: return int(self._scalar("int"))
+
+    def __index__(self) -> int:
+        """A one-element integer tensor as a Python int, so it can index a list or give a size (as torch)."""
+        if not self.dtype.is_int or self.numel() != 1:
+            raise TypeError(f"index: only one-element integer tensors convert to an index: got {self.dtype.name} "
+                            f"of shape {self.shape}")
+        return int(self.item())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """np.asarray(t): the values, copied from the device (bfloat16 as float32)."""
+        if copy is False:
+            raise ValueError("__array__: a Tensor's values live in a device buffer and cannot be read without a copy: "
+                             "copy=False is impossible; use copy=None or True")
+        values = self.numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    def __array_function__(self, func: Callable[..., Any], types: tuple[type, ...], args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> Any:
+        """numpy functions (np.sum(t), np.concatenate([t, u]), np.allclose(t, x)) run in numpy on the values and
+        return numpy results; ufuncs (np.exp(t)) raise a TypeError instead (see __array_ufunc__)."""
+        return func(*_host_values(args), **_host_values(kwargs))
 
     # ---- realization ---------------------------------------------------------------------------------------------
 
@@ -244,7 +466,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         """A copy with a buffer of its own when realized, on `device` if given. On the same device gradients flow
         through it, as torch's clone; unlike tinygrad's, it does not copy `.grad`."""
         if device is not None and Device.canonicalize(device) != self.device: return self.to(device)
-        return self.contiguous()
+        return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def _buffer(self) -> Buffer:
         """The buffer holding self in row-major order (realizing a contiguous copy if needed)."""
@@ -291,9 +513,9 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     # ---- helpers the mixins build on -----------------------------------------------------------------------------
 
     def _axis(self, axis: int, op: str) -> int:
-        """`axis` as a non-negative index, or a ShapeError naming the op."""
+        """`axis` as a non-negative index, or an AxisError (a ShapeError and an IndexError) naming the op."""
         n = max(self.ndim, 1) if op != "unsqueeze" else self.ndim + 1
-        if not -n <= axis < n: raise ShapeError(f"{op}: axis {axis} is out of range for a {self.ndim}-d tensor "
+        if not -n <= axis < n: raise AxisError(f"{op}: axis {axis} is out of range for a {self.ndim}-d tensor "
                                                 f"{self.shape}; valid axes are {-n}..{n - 1}")
         return axis % n
 

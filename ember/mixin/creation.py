@@ -1,17 +1,21 @@
-"""Tensor constructors: zeros, ones, full, empty, arange, eye, and the *_like forms.
+"""Tensor constructors: zeros, ones, full, empty, arange, eye, linspace, and the *_like forms.
 
 Constants are a CONST node broadcast to the shape, and `arange` an ARANGE node (its value is its index): no memory
-until realized, and both fuse into their consumers. Random tensors are in random.py.
+until realized, and both fuse into their consumers. `empty` is a bare buffer: no kernel ever writes it. Random
+tensors are in random.py; `accepts_requires_grad` gives them torch's `requires_grad=` keyword from tensor.py.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ember.device import Device
+from ember.device import Buffer, Device, buffer_uop
 from ember.dtype import DType, dtypes, to_dtype
-from ember.errors import ShapeError
+from ember.errors import DTypeError, ShapeError
 from ember.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -25,6 +29,47 @@ def shape_of(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
     return out
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def int_dtype_for(op: str, *values: int) -> DType:
+    """The dtype inferred for Python ints: ember's default int (int32) when all fit, else int64 (torch infers
+    int64 always; ember keeps int32 where it is exact, as the smaller type is faster and is what tests expect).
+
+    Ints past int64 raise: no integer dtype holds them, and a silent wrap would give wrong values."""
+    low, high = min(values, default=0), max(values, default=0)
+    if INT32_MIN <= low and high <= INT32_MAX: return dtypes.default_int
+    if INT64_MIN <= low and high <= INT64_MAX: return dtypes.int64
+    bad = low if low < INT64_MIN else high
+    raise OverflowError(f"{op}: integer {bad} does not fit any integer dtype; valid ints are {INT64_MIN}..{INT64_MAX} "
+                        "(int64), or pass a float")
+
+
+def accepts_requires_grad(method: Any) -> Any:
+    """`method` (a function or classmethod that makes a tensor) also taking torch's `requires_grad=` keyword.
+
+    Lets tensor.py give random.py's creators the keyword without each of them handling it; the signature shown by
+    help() lists the keyword."""
+    is_class = isinstance(method, classmethod)
+    fn: Callable[..., Tensor] = method.__func__ if is_class else method
+
+    @functools.wraps(fn)
+    def make(*args: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return with_requires_grad(fn(*args, **kwargs), requires_grad)
+
+    sig = inspect.signature(fn)
+    if all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        keyword = inspect.Parameter("requires_grad", inspect.Parameter.KEYWORD_ONLY, default=None)
+        make.__signature__ = sig.replace(parameters=[*sig.parameters.values(), keyword])  # type: ignore[attr-defined]
+    return classmethod(make) if is_class else make
+
+
+def with_requires_grad(t: Tensor, requires_grad: bool | None) -> Tensor:
+    """t, made a leaf that requires a gradient when asked. False and None leave it undecided, as Tensor() does."""
+    return t.requires_grad_() if requires_grad else t
+
+
 class CreationMixin:
     """Class methods that make new tensors."""
 
@@ -32,62 +77,85 @@ class CreationMixin:
 
     @classmethod
     def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
-             device: str | None = None) -> Tensor:
-        """A tensor of `shape` with every element `fill_value`."""
+             device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+        """A tensor of `shape` with every element `fill_value`.
+
+        >>> Tensor.full((2,), 7).tolist()
+        [7, 7]
+        """
         from ember.tensor import Tensor
         dims = shape_of(shape if isinstance(shape, tuple) else (shape,), "full")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+        if dtype is None and dt.is_int: dt = int_dtype_for("full", fill_value)
         scalar = Tensor(UOp.const(dt, fill_value), device=device)
-        return scalar.reshape((1,) * len(dims)).expand(dims) if dims else scalar
+        return with_requires_grad(scalar.reshape((1,) * len(dims)).expand(dims) if dims else scalar, requires_grad)
 
     @classmethod
-    def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return cls.full(shape_of(shape, "zeros"), 0, dtype or dtypes.default_float, device)
+    def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None,
+              requires_grad: bool | None = None) -> Tensor:
+        return cls.full(shape_of(shape, "zeros"), 0, dtype or dtypes.default_float, device, requires_grad)
 
     @classmethod
-    def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return cls.full(shape_of(shape, "ones"), 1, dtype or dtypes.default_float, device)
+    def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None,
+             requires_grad: bool | None = None) -> Tensor:
+        return cls.full(shape_of(shape, "ones"), 1, dtype or dtypes.default_float, device, requires_grad)
 
     @classmethod
-    def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        """A tensor whose values are unspecified until written (ember gives zeros)."""
-        return cls.zeros(*shape, dtype=dtype, device=device).contiguous()
+    def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None,
+              requires_grad: bool | None = None) -> Tensor:
+        """A tensor whose values are unspecified until written: a buffer of its own, which no kernel fills (as in
+        torch and tinygrad, creating and realizing it runs nothing)."""
+        from ember.tensor import Tensor
+        dims, dt = shape_of(shape, "empty"), to_dtype(dtype or dtypes.default_float)
+        dev = Device.canonicalize(device or Device.DEFAULT)
+        buf = buffer_uop(Buffer(dev, math.prod(dims), dt))
+        return with_requires_grad(Tensor._from_uop(UOp(Ops.RESHAPE, dt, (buf,), dims), dev), requires_grad)
 
     @classmethod
     def arange(cls, start: float, stop: float | None = None, step: float = 1, dtype: DType | str | None = None,
-               device: str | None = None) -> Tensor:
-        """Values from start (inclusive) to stop (exclusive) by step; int32 unless an argument is a float."""
+               device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+        """Values from start (inclusive) to stop (exclusive) by step; int32 unless an argument is a float, or int64
+        where a value does not fit int32 (torch: int64 always).
+
+        >>> Tensor.arange(2**31, 2**31 + 2).tolist()
+        [2147483648, 2147483649]
+        """
         if stop is None: start, stop = 0, start
         if step == 0: raise ValueError("arange: step must be nonzero")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
+        if dtype is None and dt.is_int: dt = int_dtype_for("arange", start, start + max(n - 1, 0) * step)
         from ember.tensor import Tensor
         index = Tensor._from_uop(UOp(Ops.ARANGE, dtypes.int64 if n > 2**31 - 1 else dtypes.int32, arg=n),
                                  Device.canonicalize(device or Device.DEFAULT))
-        if start == 0 and step == 1: return index.cast(dt)
+        if start == 0 and step == 1: return with_requires_grad(index.cast(dt), requires_grad)
         wide = dtypes.float64 if dt.is_float else dtypes.int64  # start + i*step exactly, then one rounding
-        return (index.cast(wide) * step + start).cast(dt)
+        return with_requires_grad((index.cast(wide) * step + start).cast(dt), requires_grad)
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
+            requires_grad: bool | None = None) -> Tensor:
         """The identity matrix (n x m)."""
         if n < 0 or (m is not None and m < 0): raise ShapeError(f"eye: sizes must be non-negative, got n={n}, m={m}")
         rows = cls.arange(n, device=device).reshape(n, 1)
         cols = cls.arange(n if m is None else m, device=device).reshape(1, -1)
-        return rows.eq(cols).cast(dtype or dtypes.default_float)
+        return with_requires_grad(rows.eq(cols).cast(dtype or dtypes.default_float), requires_grad)
 
     @classmethod
     def linspace(cls, start: float, end: float, steps: int, dtype: DType | str | None = None,
-                 device: str | None = None) -> Tensor:
+                 device: str | None = None, requires_grad: bool | None = None) -> Tensor:
         """`steps` evenly spaced values from start to end inclusive, as torch: the first half counts up from start,
         the second half down from end, so both ends are exact."""
         if steps < 0: raise ShapeError(f"linspace: steps must be non-negative, got {steps}")
         dt = to_dtype(dtype or dtypes.default_float)
-        if steps == 1: return cls.full((1,), start, dt, device)
+        if dt is dtypes.bool:
+            raise DTypeError("linspace: dtype bool is not supported (torch: not implemented for 'Bool'); "
+                             "use an integer or float dtype")
+        if steps == 1: return cls.full((1,), start, dt, device, requires_grad)
         step = (end - start) / max(steps - 1, 1)
         i = cls.arange(steps, device=device).cast(dtypes.float64)
         values = (i < steps // 2).where(i * step + start, end - (steps - 1 - i) * step)
-        return values.cast(dt)
+        return with_requires_grad(values.cast(dt), requires_grad)
 
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
         """The lower triangle of the last two axes (j <= i + diagonal), zeros above."""
@@ -112,8 +180,18 @@ class CreationMixin:
         classes = type(self).arange(num_classes, device=self.device)
         return self.unsqueeze(-1).eq(classes).cast(dtypes.int64)
 
-    def full_like(self: Tensor, fill_value: Any, dtype: DType | str | None = None) -> Tensor:
-        return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)
+    def full_like(self: Tensor, fill_value: Any, dtype: DType | str | None = None,
+                  requires_grad: bool | None = None) -> Tensor:
+        """`fill_value` in self's shape, with self's dtype and device unless `dtype` is given."""
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device, requires_grad)
 
-    def zeros_like(self: Tensor, dtype: DType | str | None = None) -> Tensor: return self.full_like(0, dtype)
-    def ones_like(self: Tensor, dtype: DType | str | None = None) -> Tensor: return self.full_like(1, dtype)
+    def zeros_like(self: Tensor, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
+        return self.full_like(0, dtype, requires_grad)
+
+    def ones_like(self: Tensor, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
+        return self.full_like(1, dtype, requires_grad)
+
+    def empty_like(self: Tensor, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
+        """A bare buffer in self's shape (see `empty`), with self's dtype and device unless `dtype` is given."""
+        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=self.device,
+                                requires_grad=requires_grad)
