@@ -14,7 +14,7 @@ it; unlike torch, a view taken before (`t[0]`, `t.reshape(...)`) keeps the old v
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ContextDecorator
 from typing import Any, ClassVar
 
@@ -95,7 +95,7 @@ def _nested_to_numpy(data: list | tuple, dtype: DType, infer: bool) -> np.ndarra
         raise
 
 
-def _flat_ints(data: Any) -> Any:
+def _flat_ints(data: Any) -> Iterator[Any]:
     if isinstance(data, (list, tuple)):
         for v in data: yield from _flat_ints(v)
     else: yield data

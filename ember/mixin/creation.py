@@ -80,6 +80,7 @@ class CreationMixin:
              device: str | None = None, requires_grad: bool | None = None) -> Tensor:
         """A tensor of `shape` with every element `fill_value`.
 
+        >>> from ember import Tensor
         >>> Tensor.full((2,), 7).tolist()
         [7, 7]
         """
@@ -117,6 +118,7 @@ class CreationMixin:
         """Values from start (inclusive) to stop (exclusive) by step; int32 unless an argument is a float, or int64
         where a value does not fit int32 (torch: int64 always).
 
+        >>> from ember import Tensor
         >>> Tensor.arange(2**31, 2**31 + 2).tolist()
         [2147483648, 2147483649]
         """
