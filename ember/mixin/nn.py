@@ -31,6 +31,13 @@ def _tuple(v: IntOrTuple, n: int, what: str, op: str) -> tuple[int, ...]:
     return out
 
 
+def _positive(v: IntOrTuple, n: int, what: str, op: str) -> tuple[int, ...]:
+    """_tuple, checked to be at least 1 on every axis: a zero stride or kernel would divide by zero later."""
+    out = _tuple(v, n, what, op)
+    if any(x < 1 for x in out): raise ValueError(f"{op}: {what} must be positive on every axis, got {v}")
+    return out
+
+
 def _padding_pairs(padding: IntOrTuple | str, kernel: tuple[int, ...], dilation: tuple[int, ...],
                    op: str) -> list[tuple[int, int]]:
     """(before, after) per spatial axis from an int, one int per axis, flat torch pairs, 'valid' or 'same'."""
@@ -107,8 +114,13 @@ class NNMixin:
         if groups < 1 or cin % groups or cout % groups or weight.shape[1] * groups != cin:
             raise ShapeError(f"conv: input has {cin} channels, weight {weight.shape} with groups={groups} expects "
                              f"{weight.shape[1] * groups}; channels in and out must divide by groups")
-        st, dl = _tuple(stride, n, "stride", "conv"), _tuple(dilation, n, "dilation", "conv")
-        if padding == "same" and any(s != 1 for s in st): raise ValueError("conv: padding='same' needs stride 1")
+        st, dl = _positive(stride, n, "stride", "conv"), _positive(dilation, n, "dilation", "conv")
+        if padding == "same" and any(s != 1 for s in st):
+            raise ValueError(f"conv: padding='same' is not supported for strided convolutions (stride {st}); use "
+                             "stride 1 or give the padding explicitly")
+        if bias is not None and bias.shape != (cout,):
+            raise ShapeError(f"conv: bias has shape {bias.shape}, expected ({cout},): one value per output channel "
+                             f"of weight {weight.shape}")
         pads = _padding_pairs(padding, kernel, dl, "conv")
         x = self.pad([(0, 0), (0, 0)] + pads)
         for i, k, d in zip(x.shape[2:], kernel, dl, strict=True):
@@ -141,7 +153,8 @@ class NNMixin:
             raise ShapeError(f"conv_transpose: input {self.shape} and weight {weight.shape} (in, out/groups, "
                              f"*kernel) do not match with groups={groups}")
         kernel = weight.shape[2:]
-        st, dl = _tuple(stride, n, "stride", "conv_transpose"), _tuple(dilation, n, "dilation", "conv_transpose")
+        st = _positive(stride, n, "stride", "conv_transpose")
+        dl = _positive(dilation, n, "dilation", "conv_transpose")
         pd, op = _tuple(padding, n, "padding", "conv_transpose"), _tuple(output_padding, n, "output_padding",
                                                                            "conv_transpose")
         for ax, (o, s, d) in enumerate(zip(op, st, dl, strict=True)):  # a larger one adds rows no input reaches
@@ -169,8 +182,9 @@ class NNMixin:
         k = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
         n = len(k)
         if self.ndim < n: raise ShapeError(f"{op}: input {self.shape} has fewer than {n} spatial axes")
-        st = k if stride is None or stride == () else _tuple(stride, n, "stride", op)
-        dl = _tuple(dilation, n, "dilation", op)
+        k = _positive(k, n, "kernel_size", op)
+        st = k if stride is None or stride == () else _positive(stride, n, "stride", op)
+        dl = _positive(dilation, n, "dilation", op)
         pads = _padding_pairs(padding, k, dl, op)
         if any(2 * b > kk for (b, _), kk in zip(pads, k, strict=True)):
             raise ShapeError(f"{op}: padding {padding} must be at most half of kernel_size {k}")
@@ -191,7 +205,7 @@ class NNMixin:
                                                              fill, "max_pool")
         n = len(k)
         flat = win.flatten(-n, -1) if n > 1 else win
-        values = flat.max(-1)
+        values = flat.max(axis=-1)
         if not return_indices: return values
         spatial = self.shape[-n:]
         where = Tensor.arange(prod(spatial), dtype=dtypes.int64, device=self.device).reshape(spatial)
@@ -199,6 +213,60 @@ class NNMixin:
         where = where.flatten(-n, -1) if n > 1 else where
         from ember.mixin.indexing import _select_last
         return values, _select_last(where._broadcast_to(flat.shape), flat.argmax(-1))
+
+    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: IntOrTuple = (2, 2), stride: IntOrTuple | None = None,
+                     dilation: IntOrTuple = 1, padding: IntOrTuple = 0,
+                     output_size: Sequence[int] | None = None) -> Tensor:
+        """The inverse of max_pool2d(return_indices=True): each value put back at its flat index into the last
+        len(kernel_size) axes of an output of zeros, as torch's max_unpool.
+
+        The output's spatial size is (i - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1 per axis (what
+        the pooled input had, but for rows a floor division dropped), or `output_size` (its last axes count), which
+        must lie within stride of that. Where windows picked the same element, the last value (in row-major order)
+        is kept, as torch's kernel writes them; the gradient reaches that value only (torch's backward gives it to
+        each). Non-overlapping windows (stride == kernel_size, no padding, no dilation) cost one select per output
+        element; other windows compare every value with every output position."""
+        from ember.tensor import Tensor
+        k = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
+        n = len(k)
+        k = _positive(k, n, "kernel_size", "max_unpool")
+        st = k if stride is None or stride == () else _positive(stride, n, "stride", "max_unpool")
+        dl, pads = _positive(dilation, n, "dilation", "max_unpool"), _tuple(padding, n, "padding", "max_unpool")
+        if not indices.dtype.is_int:
+            raise DTypeError(f"max_unpool: indices must be integers, got {indices.dtype.name}")
+        if self.ndim < n or indices.shape != self.shape:
+            raise ShapeError(f"max_unpool: input {self.shape} and indices {indices.shape} must have one shape with at "
+                             f"least {n} spatial axes")
+        pooled = self.shape[-n:]
+        default = tuple((i - 1) * s - 2 * p + d * (kk - 1) + 1
+                        for i, kk, s, d, p in zip(pooled, k, st, dl, pads, strict=True))
+        size = default if output_size is None else tuple(output_size)[-n:]
+        if len(size) != n or any(not d - s < o < d + s for o, d, s in zip(size, default, st, strict=True)):
+            raise ValueError(f"max_unpool: output_size {output_size} is not within stride {st} of the default "
+                             f"{default} on each of the last {n} axes")
+        positions = prod(size)
+        if indices.values_known() and indices.numel():
+            values = indices.numpy()
+            if values.min() < 0 or values.max() >= positions:
+                raise IndexError(f"max_unpool: index {values.max() if values.max() >= positions else values.min()} "
+                                 f"is outside the output's {positions} positions {size}")
+        lead = self.shape[:-n]
+        where = Tensor.arange(positions, dtype=indices.dtype, device=self.device)
+        if st == k and all(d == 1 for d in dl) and not any(pads) and size == tuple(i * kk for i, kk in
+                                                                                  zip(pooled, k, strict=True)):
+            # each output position lies in one window: lay the positions out as (*pooled, *kernel) and compare there
+            split = [v for pair in zip(pooled, k, strict=True) for v in pair]
+            where = where.reshape(split).permute([2 * a for a in range(n)] + [2 * a + 1 for a in range(n)])
+            expand = self.shape + k
+            hit = indices.reshape(self.shape + (1,) * n)._broadcast_to(expand).eq(where._broadcast_to(expand))
+            out = hit.where(self.reshape(self.shape + (1,) * n)._broadcast_to(expand), 0).cast(self.dtype)
+            back = [a for ax in range(n) for a in (len(lead) + ax, len(lead) + n + ax)]
+            return out.permute(list(range(len(lead))) + back).reshape(lead + size)
+        flat_x, flat_idx = self.reshape(lead + (-1, 1)), indices.reshape(lead + (-1, 1))
+        hit = flat_idx.eq(where)  # (..., pooled positions, output positions)
+        order = Tensor.arange(prod(pooled), dtype=dtypes.int32, device=self.device).reshape(-1, 1)
+        last = hit.where(order, -1).max(axis=-2, keepdim=True)  # the last value written to each output position
+        return order.eq(last).where(flat_x, 0).cast(self.dtype).sum(-2, dtype=self.dtype).reshape(lead + size)
 
     def avg_pool2d(self: Tensor, kernel_size: IntOrTuple = (2, 2), stride: IntOrTuple | None = None,
                    dilation: IntOrTuple = 1, padding: IntOrTuple = 0, ceil_mode: bool = False,
@@ -292,7 +360,7 @@ class NNMixin:
         if attn_mask is None: return scores.softmax(-1).dropout(dropout_p) @ value
         scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
         # a row of -inf only would be 0/0: give it finite scores, then zero weights (so no NaN in the gradient)
-        empty = scores.max(-1, keepdim=True).eq(-math.inf)
+        empty = scores.max(axis=-1, keepdim=True).eq(-math.inf)
         weights = empty.where(0.0, empty.where(0.0, scores).softmax(-1))
         return weights.dropout(dropout_p) @ value
 
