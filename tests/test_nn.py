@@ -121,7 +121,7 @@ def test_batchnorm_trains_and_tracks_running_statistics(cls, torch_cls, shape, k
         assert ours.num_batches_tracked.item() == theirs.num_batches_tracked.item() == step + 1
     theirs.zero_grad()
     for p in get_parameters(ours): p.grad = None
-    check_module(ours, theirs.eval(), data(*shape, seed=9))
+    check_module(ours.eval(), theirs.eval(), data(*shape, seed=9))
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -181,7 +181,7 @@ def test_norms_check_the_input_shape(norm, shape):
 
 def test_dropout_is_identity_in_eval():
     x = Tensor(data(4, 5))
-    np.testing.assert_array_equal(Dropout(0.5)(x).numpy(), x.numpy())
+    np.testing.assert_array_equal(Dropout(0.5).eval()(x).numpy(), x.numpy())
 
 
 @pytest.mark.parametrize("p", [0.0, 0.25, 0.5, 1.0])
