@@ -1,4 +1,5 @@
-"""Optimizers against torch.optim (SGD, Adam, AdamW) and a float64 numpy LAMB; kernels compiled once per step shape."""
+"""Optimizers against torch.optim (SGD, Adam, AdamW, Muon) and a float64 numpy LAMB and Muon; kernels compiled once per
+step shape."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import torch
 import ember.engine.realize as realize
 import ember.schedule.kernelize as kernelize
 from ember import Tensor, dtypes
-from ember.nn.optim import LAMB, SGD, Adam, AdamW, Optimizer
+from ember.nn.optim import LAMB, SGD, Adam, AdamW, Muon, Optimizer
 
 SHAPES = [(4, 3), (3,), (2, 2, 5)]
 STEPS = 10
@@ -198,3 +199,103 @@ def test_optimizer_base_has_no_update_rule():
     opt.params[0].grad = Tensor([1.0])
     with pytest.raises(NotImplementedError):
         opt.step()
+
+
+# ---- Muon ----------------------------------------------------------------------------------------------------------
+
+MUON_SHAPES = [(4, 6), (7, 3), (5, 5)]
+MUON_CASES = [dict(), dict(lr=0.02, nesterov=False, weight_decay=0.0),
+              dict(lr=0.05, momentum=0.9, adjust_lr_fn="match_rms_adamw"),
+              dict(lr=0.01, adjust_lr_fn="original", ns_steps=3, eps=1e-5, ns_coefficients=(2.0, -1.5, 0.5))]
+
+
+def muon_run(kw: dict, steps: int = 5) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    rng = np.random.default_rng(5)
+    start = [rng.standard_normal(s).astype(np.float32) for s in MUON_SHAPES]
+    return start, [[rng.standard_normal(s).astype(np.float32) for s in MUON_SHAPES] for _ in range(steps)]
+
+
+@pytest.mark.parametrize("kw", MUON_CASES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_muon_matches_torch_step_for_step(kw):
+    """Newton-Schulz in bfloat16 as torch, each product accumulated in float32 and rounded once: the same bits."""
+    start, grads = muon_run(kw)
+    params, torch_params = [Tensor(p) for p in start], [torch.tensor(p, requires_grad=True) for p in start]
+    opt, torch_opt = Muon(params, **kw), torch.optim.Muon(torch_params, **kw)
+    for step_grads in grads:
+        for p, tp, g in zip(params, torch_params, step_grads): p.grad, tp.grad = Tensor(g), torch.tensor(g)
+        opt.step()
+        torch_opt.step()
+        for p, tp in zip(params, torch_params):
+            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def muon_reference(params: list[np.ndarray], grads: list[list[np.ndarray]], lr: float = 1e-3,
+                   weight_decay: float = 0.1, momentum: float = 0.95, nesterov: bool = True,
+                   ns_coefficients: tuple = (3.4445, -4.7750, 2.0315), eps: float = 1e-7, ns_steps: int = 5,
+                   adjust_lr_fn: str | None = None) -> list[np.ndarray]:
+    """Muon as published (Jordan et al. 2024, with torch's momentum as lerps and lr adjustments), in float64."""
+    a, b, c = ns_coefficients
+    ws = [p.astype(np.float64) for p in params]
+    bufs = [np.zeros_like(w) for w in ws]
+    for step_grads in grads:
+        for i, g in enumerate(step_grads):
+            g = g.astype(np.float64)
+            bufs[i] = momentum * bufs[i] + (1 - momentum) * g
+            update = (1 - momentum) * g + momentum * bufs[i] if nesterov else bufs[i]
+            x = update.T if update.shape[0] > update.shape[1] else update
+            x = x / max(np.linalg.norm(x), eps)
+            for _ in range(ns_steps):
+                gram = x @ x.T
+                x = a * x + (b * gram + c * gram @ gram) @ x
+            x = x.T if update.shape[0] > update.shape[1] else x
+            rows, cols = ws[i].shape
+            adamw_like = adjust_lr_fn == "match_rms_adamw"
+            ratio = 0.2 * np.sqrt(max(rows, cols)) if adamw_like else np.sqrt(max(1, rows / cols))
+            ws[i] = ws[i] * (1 - lr * weight_decay) - lr * ratio * x
+    return ws
+
+
+@pytest.mark.parametrize("kw", MUON_CASES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default")
+@pytest.mark.parametrize("dtype, tol", [("float32", 2e-5), ("float64", 1e-10)])
+def test_muon_with_exact_newton_schulz_matches_float64_reference(kw, dtype, tol):
+    start, grads = muon_run(kw)
+    params = [Tensor(p.astype(dtype)) for p in start]
+    opt = Muon(params, ns_dtype=dtypes.float32 if dtype == "float32" else dtypes.float64, **kw)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads): p.grad = Tensor(g.astype(dtype))
+        opt.step()
+    for p, want in zip(params, muon_reference(start, grads, **kw)):
+        np.testing.assert_allclose(p.numpy(), want, rtol=tol, atol=tol)
+
+
+def test_muon_orthogonalizes_the_update():
+    """With zero weight decay and momentum, one step moves the weight by lr times a matrix whose singular values
+    lie near 1 (the quintic iteration leaves them in about [0.7, 1.2])."""
+    w = Tensor(np.zeros((6, 4), np.float32))
+    opt = Muon([w], lr=1.0, momentum=0.0, weight_decay=0.0, nesterov=False, ns_dtype=dtypes.float32)
+    w.grad = Tensor(np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32))
+    opt.step()
+    singular = np.linalg.svd(w.numpy() / np.sqrt(6 / 4), compute_uv=False)
+    assert singular.min() > 0.6 and singular.max() < 1.25, singular
+
+
+def test_muon_checks_its_arguments():
+    with pytest.raises(ValueError, match=r"Muon: only 2-d parameters are supported, got one of shape \(3,\)"):
+        Muon([Tensor(np.ones((2, 2), np.float32)), Tensor([1.0, 2.0, 3.0])])
+    with pytest.raises(ValueError, match="Muon: adjust_lr_fn must be None, 'original' or 'match_rms_adamw'"):
+        Muon([Tensor(np.ones((2, 2), np.float32))], adjust_lr_fn="fast")
+    with pytest.raises(ValueError, match=r"Muon: lr \(-1\), momentum"):
+        Muon([Tensor(np.ones((2, 2), np.float32))], lr=-1)
+
+
+def test_muon_kernels_compile_once_then_are_reused():
+    x_np = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
+    w, x = Tensor(np.ones((8, 4), np.float32)), Tensor(x_np)
+    opt = Muon([w], lr=0.01)
+    compiled = []
+    for _ in range(5):
+        opt.zero_grad()
+        (x @ w).relu().sum().backward()
+        opt.step()
+        compiled.append(len(realize._runners))
+    assert compiled[1:] == [compiled[0]] * 4, f"kernels compiled after each step: {compiled}"

@@ -1,4 +1,4 @@
-"""Optimizers: SGD, Adam, AdamW (torch.optim's semantics) and LAMB (You et al. 2019).
+"""Optimizers: SGD, Adam, AdamW, Muon (torch.optim's semantics) and LAMB (You et al. 2019).
 
 `step()` builds the update of every parameter and every piece of optimizer state with `assign`, then realizes them
 all in one `Tensor.realize` call, so a training step (forward, backward and update) is one schedule.
@@ -19,10 +19,12 @@ as torch computes them in Python floats, and rounded to the parameter's dtype on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import cast
 
-from ember.dtype import dtypes
+from ember.dtype import DType, dtypes
+from ember.nn.module import take_pending_buffers
 from ember.tensor import Tensor
 
 
@@ -47,7 +49,8 @@ class Optimizer:
         for p in self.params: p.grad = None
 
     def step(self, *outputs: Tensor) -> list[Tensor]:
-        """Update every parameter from its gradient, in one schedule; returns the tensors it realized.
+        """Update every parameter from its gradient, in one schedule; returns the parameters, state and buffers of
+        this optimizer that it realized.
 
         `outputs` (the loss, say) are realized in the same schedule: realized afterwards, they would recompute the
         forward pass from the old parameters."""
@@ -56,7 +59,9 @@ class Optimizer:
         if missing: raise RuntimeError(f"{type(self).__name__}.step: parameters {missing} have no gradient; "
                                        "call backward() on a loss that uses them first")
         updated = self._updates(cast(list[Tensor], grads)) + self.buffers  # cast: None was ruled out above
-        Tensor.realize(*outputs, *updated)
+        # also every buffer a forward pass updated lazily since the last step (BatchNorm's running statistics),
+        # whether or not this optimizer was given it: model.parameters() leaves buffers out
+        Tensor.realize(*outputs, *updated, *take_pending_buffers())
         return updated
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
@@ -177,4 +182,72 @@ class LAMB(Optimizer):
         return out
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB"]
+def newton_schulz(g: Tensor, steps: int, coefficients: tuple[float, float, float], eps: float,
+                  dtype: DType) -> Tensor:
+    """An approximately orthogonal matrix with g's singular vectors (U S' V^T with S' near 1), by `steps` quintic
+    Newton-Schulz iterations X <- a X + (b A + c A^2) X with A = X X^T, computed in `dtype`.
+
+    As torch.optim.Muon: g is scaled to Frobenius norm 1 (at least eps below), so every singular value starts in
+    (0, 1]; a tall g is transposed so that A is the smaller Gram matrix. Products accumulate in float32 and each
+    matmul-and-add result is rounded to `dtype` once, as torch's bfloat16 addmm."""
+    a, b, c = coefficients
+    tall = g.shape[0] > g.shape[1]
+    x = (g.T if tall else g).cast(dtype)
+    wide = dtypes.float32 if dtype.itemsize < 4 else dtype
+    x = (x.cast(wide) / x.cast(wide).square().sum().sqrt().cast(dtype).cast(wide).maximum(eps)).cast(dtype)
+    for _ in range(steps):
+        xw = x.cast(wide)
+        gram = (xw @ xw.T).cast(dtype).cast(wide)
+        update = (gram * b + (gram @ gram) * c).cast(dtype).cast(wide)
+        x = (xw * a + update @ xw).cast(dtype)
+    return x.T if tall else x
+
+
+class Muon(Optimizer):
+    """Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"), as torch.optim.Muon:
+    momentum whose update is orthogonalized by Newton-Schulz iterations, for 2-d weights only.
+
+    Per step: buf = lerp(buf, g, 1 - momentum); the update is lerp(g, buf, momentum) with Nesterov, else buf; it is
+    orthogonalized (newton_schulz, in bfloat16 as torch; `ns_dtype` chooses another), the weight decays by
+    1 - lr * weight_decay, and the update is subtracted times lr * sqrt(max(1, rows / cols)) ("original") or
+    lr * 0.2 * sqrt(max(rows, cols)) ("match_rms_adamw", AdamW's update size). Give biases, embeddings and other
+    tensors to another optimizer, as torch's documentation advises."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, weight_decay: float = 0.1,
+                 momentum: float = 0.95, nesterov: bool = True,
+                 ns_coefficients: tuple[float, float, float] = (3.4445, -4.7750, 2.0315), eps: float = 1e-7,
+                 ns_steps: int = 5, adjust_lr_fn: str | None = None, ns_dtype: DType = dtypes.bfloat16) -> None:
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(f"Muon: lr ({lr}), momentum ({momentum}) and weight_decay ({weight_decay}) must be >= 0")
+        if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
+            raise ValueError(f"Muon: adjust_lr_fn must be None, 'original' or 'match_rms_adamw', got {adjust_lr_fn!r}")
+        if not 0 <= ns_steps < 100: raise ValueError(f"Muon: ns_steps must be in [0, 100), got {ns_steps}")
+        if len(ns_coefficients) != 3:
+            raise ValueError(f"Muon: ns_coefficients must be 3 values (a, b, c), got {ns_coefficients}")
+        super().__init__(params, lr)
+        for p in self.params:
+            if p.ndim != 2: raise ValueError(f"Muon: only 2-d parameters are supported, got one of shape {p.shape}; "
+                                             "optimize the others with AdamW, say")
+        self.weight_decay, self.momentum, self.nesterov, self.eps = weight_decay, momentum, nesterov, eps
+        self.ns_coefficients, self.ns_steps, self.ns_dtype = tuple(ns_coefficients), ns_steps, ns_dtype
+        self.adjust_lr_fn = adjust_lr_fn
+        self.momentum_buffers = self._state()
+
+    def _lr_ratio(self, shape: tuple[int, ...]) -> float:
+        rows, cols = shape
+        if self.adjust_lr_fn == "match_rms_adamw": return 0.2 * math.sqrt(max(rows, cols))
+        return math.sqrt(max(1, rows / cols))
+
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
+        decay = (1 - self.lr * self.weight_decay).contiguous()
+        out: list[Tensor] = []
+        for p, g, buf in zip(self.params, grads, self.momentum_buffers, strict=True):
+            buf.assign(buf.lerp(g, 1 - self.momentum))
+            update = g.lerp(buf, self.momentum) if self.nesterov else buf
+            ortho = newton_schulz(update, self.ns_steps, self.ns_coefficients, self.eps, self.ns_dtype)
+            step = (self.lr * self._lr_ratio(p.shape)).cast(p.dtype)
+            out += [buf, p.assign(p * decay.cast(p.dtype) - ortho.cast(p.dtype) * step)]
+        return out
+
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "Muon", "newton_schulz"]
