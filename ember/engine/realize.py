@@ -101,6 +101,7 @@ def program_key(ast: UOp, renderer: Renderer) -> str:
 
 
 def spec_to_json(spec: ProgramSpec) -> bytes:
+    """What get_runner and run_schedule read of a spec, as a cache entry; the source's hash finds a damaged one."""
     fields = {"name": spec.name, "src": spec.src, "device": spec.device, "buffer_count": spec.buffer_count,
               "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes,
               "src_sha256": hashlib.sha256(spec.src.encode()).hexdigest()}
