@@ -367,6 +367,15 @@ def test_scaled_dot_product_attention_matches_torch(name, q, k, v, kwargs):
     match_torch(ours, theirs, [randn(*q), randn(*k, seed=1), randn(*v, seed=2)])
 
 
+@pytest.mark.parametrize("mask", [None, BOOL_MASK, FLOAT_MASK], ids=["none", "bool", "float"])
+def test_scaled_dot_product_attention_takes_five_kernels_with_or_without_a_mask(mask):
+    """scores, their max, the sum of exps, the weights, weights @ v: a mask adds no kernel (it added a second max)."""
+    q, k, v = (Tensor(randn(*shape, seed=i)).realize() for i, shape in enumerate([(2, 3, 4, 8), (2, 3, 6, 8),
+                                                                                     (2, 3, 6, 5)]))
+    m = None if mask is None else Tensor(mask if mask.dtype == bool else mask.astype(np.float32)).realize()
+    assert len(q.scaled_dot_product_attention(k, v, attn_mask=m).schedule()) == 5
+
+
 def test_scaled_dot_product_attention_errors():
     q, k, v = Tensor.ones(2, 4, 8), Tensor.ones(2, 6, 7), Tensor.ones(2, 6, 5)
     with pytest.raises(ShapeError, match=r"scaled_dot_product_attention: query \(2, 4, 8\), key \(2, 6, 7\) and "

@@ -359,9 +359,13 @@ class NNMixin:
             attn_mask = Tensor.ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is None: return scores.softmax(-1).dropout(dropout_p) @ value
         scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
-        # a row of -inf only would be 0/0: give it finite scores, then zero weights (so no NaN in the gradient)
-        empty = scores.max(axis=-1, keepdim=True).eq(-math.inf)
-        weights = empty.where(0.0, empty.where(0.0, scores).softmax(-1))
+        # a softmax whose max is already taken: the mask's -inf scores give exp(-inf) = 0. A row of -inf only (every
+        # key masked out) would be 0/0: its peak and sum are replaced by 0 and 1, so its weights are 0, with no NaN
+        # in the gradient, and the max is computed once (it was taken twice: 6 kernels, now 5 as without a mask)
+        peak = scores.max(axis=-1, keepdim=True).detach()
+        empty = peak.eq(-math.inf)
+        e = (scores - empty.where(0.0, peak)).exp()
+        weights = e / empty.where(1.0, e.sum(axis=-1, keepdim=True))
         return weights.dropout(dropout_p) @ value
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
