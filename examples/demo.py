@@ -17,8 +17,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ember import Context, GlobalCounters, Tensor
-from ember.codegen import get_program
 from ember.device import Device
+from ember.engine.realize import cached_program
 from ember.nn import Linear
 from ember.nn.optim import Adam
 from ember.nn.state import get_parameters
@@ -84,13 +84,13 @@ def show_kernels() -> None:
     # lazy: this builds a graph, nothing runs yet
     hidden = (x @ w1).relu()
     logits = hidden @ w2
-    probs = (logits - logits.max(1, keepdim=True)).exp()
+    probs = (logits - logits.max(axis=1, keepdim=True)).exp()
     probs = probs / probs.sum(1, keepdim=True)
 
     schedule = probs.schedule()
     print(f"the forward pass fuses into {len(schedule)} kernels:\n")
     for item in schedule:
-        spec = get_program(item.ast, Device["CPU"].renderer)
+        spec = cached_program(item.ast, Device["CPU"].renderer)
         print(f"  {spec.name:12s} {len(item.bufs)} buffers, {spec.flops:>9,} ALU ops")
 
     print("\nrunning (DEBUG=1 prints each kernel as it runs):")
@@ -110,7 +110,7 @@ def show_kernels() -> None:
     assert err < 1e-5, "ember disagrees with numpy"
 
     print("\nthe generated C of the first kernel:\n")
-    print(get_program(schedule[0].ast, Device["CPU"].renderer).src)
+    print(cached_program(schedule[0].ast, Device["CPU"].renderer).src)
 
 
 def main() -> None:
