@@ -459,7 +459,11 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         return self
 
     def contiguous(self) -> Tensor:
-        """A tensor stored in its own buffer in row-major order when realized."""
+        """self stored in row-major order when realized: self itself when it reads a whole buffer in order already
+        (as torch returns self when contiguous; no kernel), else a tensor with a buffer of its own. clone() always
+        copies."""
+        from ember.schedule.kernelize import is_buffer_view
+        if is_buffer_view(self.uop) and not self._traced(): return self
         return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def clone(self, device: str | None = None) -> Tensor:

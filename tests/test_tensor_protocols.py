@@ -351,8 +351,6 @@ def test_empty_is_a_buffer_no_kernel_writes():
     assert t.numpy().shape == (4, 5) and GlobalCounters.kernel_count == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 8: contiguous() returning self for a whole-buffer view needs "
-                   "export/function.py (_plan's outputs) and tests/codegen/test_rangeify.py to copy with clone()")
 def test_contiguous_of_a_whole_buffer_view_runs_no_kernel_and_clone_copies():
     x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
     GlobalCounters.reset()

@@ -131,7 +131,7 @@ class NumericalFunction:
         model traced into its jacobian) is never scheduled on its own."""
         if self._planned is None:
             inputs = [p._buffer() for p in self.traced_inputs]
-            self._planned = _plan(inputs, [o.contiguous() for o in self.traced_outputs])
+            self._planned = _plan(inputs, [o.clone() for o in self.traced_outputs])  # a copy even of an input
         return self._planned
 
     @property

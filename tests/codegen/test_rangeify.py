@@ -79,7 +79,7 @@ MOVEMENT: list[tuple[str, tuple[int, ...], View, View]] = [
 
 @pytest.mark.parametrize("name, shape, view, np_view", MOVEMENT, ids=[m[0] for m in MOVEMENT])
 def test_no_tensor_level_op_survives(name: str, shape: tuple[int, ...], view: View, np_view: View):
-    out = rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).contiguous()))
+    out = rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).clone()))
     for u in out.toposort():
         assert u.op not in GroupOp.Movement and u.op is not Ops.REDUCE_AXIS, f"{u.op} survived"
         if u.op is Ops.INDEX: assert isinstance(u.dtype, PtrDType) and u.src[0].op is Ops.DEFINE_GLOBAL
@@ -89,7 +89,7 @@ def test_no_tensor_level_op_survives(name: str, shape: tuple[int, ...], view: Vi
 @pytest.mark.parametrize("name, shape, view, np_view", MOVEMENT, ids=[m[0] for m in MOVEMENT])
 def test_every_position_reads_what_numpy_reads(name: str, shape: tuple[int, ...], view: View, np_view: View):
     want = np_view(np.arange(prod(shape)).reshape(shape)).reshape(-1)  # source offset per output, -1 for padding
-    out = rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).contiguous()))
+    out = rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).clone()))
     (store,) = out.src
     (load,) = loads(out)
     index = load.src[0]
@@ -121,14 +121,14 @@ def test_output_has_one_global_range_per_axis_longer_than_one():
     (lambda t: t.flip(1), (2, 3), "((r0*3)+(r1*-1))+2"),
 ])
 def test_read_index_is_simplified(view: View, shape: tuple[int, ...], want: str):
-    (load,) = loads(rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).contiguous())))
+    (load,) = loads(rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).clone())))
     assert load.src[0].src[1].render() == want
 
 
 @pytest.mark.parametrize("view, shape", [(lambda t: t.permute(2, 0, 1), (2, 3, 4)), (lambda t: t.T.T, (3, 5)),
                                          (lambda t: t.flip(0)[1:, ::-1], (4, 5)), (lambda t: t[:, None], (3, 4))])
 def test_index_without_split_or_merge_has_no_division(view: View, shape: tuple[int, ...]):
-    (load,) = loads(rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).contiguous())))
+    (load,) = loads(rangeify(ast_of(view(Tensor(np.zeros(shape, np.float32))).clone())))
     text = load.src[0].src[1].render()
     assert "//" not in text and "%" not in text, text
 
@@ -163,7 +163,7 @@ def test_gather_through_a_merged_view_reads_the_position_it_loaded_without_divis
 @pytest.mark.parametrize("view", [lambda t: t[::2], lambda t: t.pad(((1, 1),)).shrink(((1, 7),))],
                          ids=["step", "pad_then_shrink_away"])
 def test_always_true_gate_is_dropped(view: View):
-    (load,) = loads(rangeify(ast_of(view(Tensor(np.zeros(6, np.float32))).contiguous())))
+    (load,) = loads(rangeify(ast_of(view(Tensor(np.zeros(6, np.float32))).clone())))
     assert len(load.src[0].src) == 2, f"gate {load.src[0].src[2].render()} left on the load"
 
 
