@@ -159,7 +159,8 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     @staticmethod
     def train(mode: bool = True) -> _ClassFlag:
-        """`with Tensor.train():` runs dropout and batch statistics as in training; `Tensor.train(False)` as in eval."""
+        """`with Tensor.train():` runs Tensor.dropout and every module as in training. Modules (ember.nn.Module) also
+        follow their own flag, True by default as in torch: `model.eval()` is how a model runs as in eval."""
         return _ClassFlag("training", mode)
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,

@@ -67,11 +67,11 @@ def _walk(obj: Any, path: str, out: dict[str, Tensor], seen: set[int]) -> None:
 
 
 def get_parameters(obj: Any) -> list[Tensor]:
-    """Every distinct Tensor reachable from obj (see get_state_dict), in order, each once.
+    """Every distinct trainable Tensor reachable from obj (see get_state_dict), in order, each once.
 
-    This includes buffers such as BatchNorm's running statistics; an optimizer given them realizes them with its
-    step but does not train them (their requires_grad is False)."""
-    return list({id(t): t for t in get_state_dict(obj).values()}.values())
+    Buffers (requires_grad False: BatchNorm's running statistics) are left out, as torch's parameters() leaves them
+    out; get_state_dict has them. An optimizer step realizes the buffers a forward pass updated all the same."""
+    return [t for t in {id(t): t for t in get_state_dict(obj).values()}.values() if t.requires_grad is not False]
 
 
 def load_state_dict(obj: Any, state_dict: dict[str, Tensor], strict: bool = True) -> tuple[list[str], list[str]]:
