@@ -117,8 +117,8 @@ def test_unflatten_rejects_sizes_that_do_not_fit(shape, dim, sizes, match):
 
 
 def torch_unfold(dim: int, size: int, step: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """torch's unfold, with the window axis moved from the end to just after `dim`: tinygrad's layout."""
-    return lambda x: x.unfold(dim, size, step).movedim(-1, dim % x.ndim + 1)
+    """torch's unfold: `dim` becomes the window count, the window axis goes last."""
+    return lambda x: x.unfold(dim, size, step)
 
 
 UNFOLD_CASES = [((8,), 0, 2, 2), ((8,), 0, 3, 1), ((3, 3, 3), -1, 2, 3), ((2, 12), 1, 3, 2), ((2, 12), 1, 12, 1),
@@ -126,10 +126,10 @@ UNFOLD_CASES = [((8,), 0, 2, 2), ((8,), 0, 3, 1), ((3, 3, 3), -1, 2, 3), ((2, 12
 
 
 @pytest.mark.parametrize("shape, dim, size, step", UNFOLD_CASES)
-def test_unfold_matches_torch_in_tinygrad_layout(shape, dim, size, step):
+def test_unfold_matches_torch_with_the_window_axis_last(shape, dim, size, step):
     out = check(lambda x: x.unfold(dim, size, step), torch_unfold(dim, size, step), [sample(shape, "int32")])
     d = dim % len(shape)
-    assert out.shape == shape[:d] + ((shape[d] - size) // step + 1, size) + shape[d + 1:]
+    assert out.shape == shape[:d] + ((shape[d] - size) // step + 1,) + shape[d + 1:] + (size,)
 
 
 def test_unfold_gradient_matches_torch():

@@ -198,8 +198,8 @@ REDUCE = [
     Case("sum_all", lambda x: x.sum(), summed=True),
     Case("prod", lambda x: x.prod(1), inputs=same("nonzero"), summed=True),
     Case("mean", lambda x: x.mean(1), summed=True),
-    Case("max", lambda x: x.max(1), lambda x: x.amax(1), exact=True),
-    Case("min", lambda x: x.min(1), lambda x: x.amin(1), exact=True),
+    Case("max", lambda x: x.max(axis=1), lambda x: x.amax(1), exact=True),
+    Case("min", lambda x: x.min(axis=1), lambda x: x.amin(1), exact=True),
     Case("max_all", lambda x: x.max(), exact=True),
     Case("argmax", lambda x: x.argmax(1)),
     Case("argmin", lambda x: x.argmin(1)),
@@ -213,7 +213,7 @@ REDUCE = [
     Case("log_softmax", lambda x: x.log_softmax(1), summed=True, tol=2),
     Case("cumsum", lambda x: x.cumsum(1), summed=True),
     Case("cumprod", lambda x: x.cumprod(1), inputs=same("nonzero"), summed=True),
-    Case("cummax", lambda x: x.cummax(1), lambda x: x.cummax(1).values, exact=True),
+    Case("cummax", lambda x: x.cummax(1).values, lambda x: x.cummax(1).values, exact=True),
 ]
 
 MOVEMENT = [
@@ -268,7 +268,7 @@ SPECIAL_CASES = [
     Case("truediv_special", lambda x, y: x / y, inputs=same("special", "special"), exact=True),
     Case("maximum_special", lambda x, y: x.maximum(y), inputs=same("special", "special"), exact=True),
     Case("minimum_special", lambda x, y: x.minimum(y), inputs=same("special", "special"), exact=True),
-    Case("max_special", lambda x: x.max(1), lambda x: x.amax(1), inputs=same("special"), exact=True),
+    Case("max_special", lambda x: x.max(axis=1), lambda x: x.amax(1), inputs=same("special"), exact=True),
     Case("argmax_special", lambda x: x.argmax(1), inputs=same("special")),
     Case("sum_special", lambda x: x.sum(1), inputs=same("special"), summed=True),
     Case("sort_special", lambda x: x.sort(1)[0], inputs=same("special"), exact=True),

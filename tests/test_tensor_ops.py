@@ -363,20 +363,20 @@ REDUCE_CASES = [((3, 17), None), ((3, 17), 0), ((3, 17), 1), ((3, 17), -1), ((2,
 def test_reduce_matches_torch(shape, axis, name, dtype):
     low, high = (0.5, 2) if dtype != "int32" else (-4, 4)  # positive floats: relative error stays meaningful
     if name == "prod" and dtype == "int32": low, high = -2, 3
-    check(lambda x: getattr(x, name)(axis), torch_reduce(name, axis, False), [sample(shape, dtype, low, high)],
+    check(lambda x: getattr(x, name)(axis=axis), torch_reduce(name, axis, False), [sample(shape, dtype, low, high)],
           **REDUCE_TOL)
 
 
 @pytest.mark.parametrize("name", ["sum", "max", "min", "mean", "prod"])
 @pytest.mark.parametrize("axis", [None, 1, (0, 2)], ids=str)
 def test_reduce_keepdim_keeps_reduced_axes_as_size_one(name, axis):
-    check(lambda x: getattr(x, name)(axis, keepdim=True), torch_reduce(name, axis, True),
+    check(lambda x: getattr(x, name)(axis=axis, keepdim=True), torch_reduce(name, axis, True),
           [sample((2, 3, 4), "float32", 0.5, 2)], **REDUCE_TOL)
 
 
 @pytest.mark.parametrize("name", ["sum", "max", "min", "prod"])
 def test_reduce_of_bool_matches_torch(name):
-    check(lambda x: getattr(x, name)(1), torch_reduce(name, 1, False), [sample((3, 17), "bool")])
+    check(lambda x: getattr(x, name)(axis=1), torch_reduce(name, 1, False), [sample((3, 17), "bool")])
 
 
 @pytest.mark.parametrize("shape, axis", [((0,), None), ((3, 0), 1), ((3, 0), None), ((0, 4), 0), ((3, 0), 0)],
@@ -388,7 +388,7 @@ def test_reduce_over_zero_size_gives_identity_or_nan(shape, axis, name):
 
 @pytest.mark.parametrize("name", ["max", "min"])
 def test_max_min_over_nonempty_axis_of_zero_size_tensor(name):
-    check(lambda x: getattr(x, name)(0), torch_reduce(name, 0, False), [sample((3, 0), "float32")])
+    check(lambda x: getattr(x, name)(axis=0), torch_reduce(name, 0, False), [sample((3, 0), "float32")])
 
 
 @pytest.mark.parametrize("name", ["sum", "max", "min", "mean", "prod"])

@@ -34,7 +34,7 @@ def f32(*shape: int) -> Tensor:
 
 
 def softmax(x: Tensor) -> Tensor:
-    e = (x - x.max(1, keepdim=True)).exp()
+    e = (x - x.max(axis=1, keepdim=True)).exp()
     return e / e.sum(1, keepdim=True)
 
 
@@ -45,7 +45,7 @@ PROGRAMS: list[tuple[str, Callable[[], Tensor]]] = [
     ("sum_axis_scaled", lambda: (f32(4, 6) * f32(4).reshape(4, 1)).sum(1)),
     ("matmul", lambda: f32(3, 4) @ f32(4, 5)),
     ("nested", lambda: f32(4, 6).sum(1).sum(0)),
-    ("two_sibling_reduces", lambda: f32(4, 6).sum(1) * f32(4, 6).max(1)),
+    ("two_sibling_reduces", lambda: f32(4, 6).sum(1) * f32(4, 6).max(axis=1)),
     ("padded_transposed", lambda: f32(3, 4).pad(((1, 0), (0, 2))).T.sum(0)),
     ("softmax", lambda: softmax(f32(4, 6))),
 ]
@@ -119,7 +119,7 @@ def test_row_offset_is_computed_outside_the_inner_loop():
 
 
 def test_sibling_reduce_loops_do_not_nest():
-    (sink,) = lowered_kernels(lambda: f32(4, 6).sum(1) * f32(4, 6).max(1))
+    (sink,) = lowered_kernels(lambda: f32(4, 6).sum(1) * f32(4, 6).max(axis=1))
     around = loops_around(linearize(sink))
     ranges = [u for u in around if u.op is Ops.RANGE]
     assert len(ranges) == 3
@@ -156,7 +156,7 @@ from ember.codegen.linearize import linearize
 from ember.codegen.lowerer import lower
 from ember.codegen.rangeify import rangeify
 x = Tensor(np.ones((4, 6), np.float32))
-e = (x - x.max(1, keepdim=True)).exp()
+e = (x - x.max(axis=1, keepdim=True)).exp()
 for t in (e / e.sum(1, keepdim=True), Tensor(np.ones((3, 4), np.float32)) @ Tensor(np.ones((4, 5), np.float32))):
     for item in t.schedule():
         print([(u.op.name, str(u.arg), [s.op.name for s in u.src]) for u in linearize(lower(rangeify(item.ast)))])

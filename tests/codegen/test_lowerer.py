@@ -37,10 +37,10 @@ PROGRAMS: list[tuple[str, Callable[[], Tensor]]] = [
     ("scalar", lambda: f32(1) + 1),
     ("sum_all", lambda: f32(4, 6).sum()),
     ("sum_axis", lambda: f32(4, 6).sum(1)),
-    ("max_axis0", lambda: f32(4, 6).max(0)),
+    ("max_axis0", lambda: f32(4, 6).max(axis=0)),
     ("matmul", lambda: f32(3, 4) @ f32(4, 5)),
     ("nested", lambda: f32(4, 6).sum(1).sum(0)),
-    ("two_reduces", lambda: f32(4, 6).sum(1) * f32(4, 6).max(1)),
+    ("two_reduces", lambda: f32(4, 6).sum(1) * f32(4, 6).max(axis=1)),
     ("sum_3d_middle", lambda: f32(2, 3, 4).sum(1)),
 ]
 
@@ -98,8 +98,8 @@ def test_elementwise_kernel_only_gets_ends():
 
 
 @pytest.mark.parametrize("build, identity", [
-    (lambda: f32(4, 6).sum(1), 0.0), (lambda: f32(4, 6).max(1), -math.inf), (lambda: f32(4, 6).prod(1), 1.0),
-    (lambda: Tensor(np.ones((4, 6), np.int32)).max(1), -2**31),
+    (lambda: f32(4, 6).sum(1), 0.0), (lambda: f32(4, 6).max(axis=1), -math.inf), (lambda: f32(4, 6).prod(1), 1.0),
+    (lambda: Tensor(np.ones((4, 6), np.int32)).max(axis=1), -2**31),
     (lambda: Tensor(np.ones((4, 6), np.int32)).sum(1), 0),
 ], ids=["sum", "max", "prod", "int_max", "int_sum"])
 def test_accumulator_starts_at_the_identity(build: Callable[[], Tensor], identity: float):

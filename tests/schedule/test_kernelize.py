@@ -43,7 +43,7 @@ def np_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def em_softmax(x: Tensor) -> Tensor:
-    e = (x - x.max(1, keepdim=True)).exp()
+    e = (x - x.max(axis=1, keepdim=True)).exp()
     return e / e.sum(1, keepdim=True)
 
 
@@ -63,7 +63,7 @@ CASES = [
          lambda n: np.maximum((n["a"] + n["b"]) * n["c"], 0), 1),
     Case("mul_sum_all", lambda t: (t["a"] * t["b"]).sum(), lambda n: (n["a"] * n["b"]).sum(), 1),
     Case("sum_axis_plus_vector", lambda t: t["a"].sum(1) + t["v"], lambda n: n["a"].sum(1) + n["v"], 1),
-    Case("sub_rowmax", lambda t: t["a"] - t["a"].max(1, keepdim=True),
+    Case("sub_rowmax", lambda t: t["a"] - t["a"].max(axis=1, keepdim=True),
          lambda n: n["a"] - n["a"].max(1, keepdims=True), 2, exact=False),
     Case("softmax", lambda t: em_softmax(t["a"]), lambda n: np_softmax(n["a"]), 3, exact=False),
     Case("matmul", lambda t: t["a"] @ t["m"], lambda n: n["a"] @ n["m"], 1),
@@ -73,7 +73,7 @@ CASES = [
     Case("sum_of_permuted", lambda t: t["a"].permute(1, 0).sum(1), lambda n: n["a"].T.sum(1), 1),
     Case("sum_of_padded", lambda t: t["a"].pad(((1, 2), (0, 3))).sum(0),
          lambda n: np.pad(n["a"], ((1, 2), (0, 3))).sum(0), 1),
-    Case("max_of_padded", lambda t: (t["a"] - 5).pad(((1, 0), (2, 1))).max(1),
+    Case("max_of_padded", lambda t: (t["a"] - 5).pad(((1, 0), (2, 1))).max(axis=1),
          lambda n: np.pad(n["a"] - 5, ((1, 0), (2, 1))).max(1), 1),
     Case("sum_of_flipped", lambda t: (t["a"].flip(1) * t["b"]).sum(1), lambda n: (n["a"][:, ::-1] * n["b"]).sum(1), 1),
     Case("sum_of_sliced", lambda t: t["a"][1:3, ::2].sum(1), lambda n: n["a"][1:3, ::2].sum(1), 1),
@@ -81,7 +81,7 @@ CASES = [
     Case("sum_of_reshaped", lambda t: t["a"].reshape(2, 12).sum(1), lambda n: n["a"].reshape(2, 12).sum(1), 1),
     Case("nested_sums", lambda t: t["a"].sum(1).sum(0), lambda n: n["a"].sum(1).sum(0), 1),
     Case("two_reduces_one_expr", lambda t: t["a"].sum() + t["b"].max(), lambda n: n["a"].sum() + n["b"].max(), 1),
-    Case("two_axis_reduces_one_expr", lambda t: t["a"].sum(1) * t["b"].max(1),
+    Case("two_axis_reduces_one_expr", lambda t: t["a"].sum(1) * t["b"].max(axis=1),
          lambda n: n["a"].sum(1) * n["b"].max(1), 1),
     Case("shared_subexpression", lambda t: (lambda s: s * s + s)(t["a"] + t["b"]),
          lambda n: (lambda s: s * s + s)(n["a"] + n["b"]), 1),
@@ -106,7 +106,7 @@ CASES = [
          lambda n: np.maximum(n["a"].sum(1, keepdims=True) + 1, 0) * n["a"], 2),
     Case("nested_reduce_broadcast", lambda t: t["a"] - t["a"].sum(1, keepdim=True).sum(0, keepdim=True),
          lambda n: n["a"] - n["a"].sum(), 2),
-    Case("two_broadcast_reduces", lambda t: t["a"].sum(1, keepdim=True) * t["a"].max(0, keepdim=True),
+    Case("two_broadcast_reduces", lambda t: t["a"].sum(1, keepdim=True) * t["a"].max(axis=0, keepdim=True),
          lambda n: n["a"].sum(1, keepdims=True) * n["a"].max(0, keepdims=True), 3, exact=False),
     Case("reduce_read_through_views", lambda t: (lambda s: s.reshape(2, 2).T.reshape(4) + s)(t["a"].sum(1)),
          lambda n: (lambda s: s.reshape(2, 2).T.reshape(4) + s)(n["a"].sum(1)), 1),
@@ -183,7 +183,7 @@ def dear(x: Tensor | np.ndarray) -> Tensor | np.ndarray:
 @pytest.mark.parametrize("value, kernels", [(dear, 3), (lambda x: x * 2 + 1, 2)], ids=["dear", "cheap"])
 def test_elementwise_value_read_by_two_kernels_is_stored_only_when_dear(value: Callable, kernels: int):
     shared = value(Tensor(ARRAYS["a"].copy()))
-    x, y = shared.sum(0), shared.max(1)
+    x, y = shared.sum(0), shared.max(axis=1)
     assert len(Tensor.schedule(x, y)) == kernels
     Tensor.realize(x, y)
     n = value(ARRAYS["a"].copy())
@@ -219,7 +219,7 @@ def test_realize_same_tensor_twice_in_one_call():
 def test_kernels_reading_a_realized_intermediate_run_after_it():
     t = tensors()
     mid = (t["a"] + t["b"]).contiguous()
-    out = mid.sum(1) + mid.max(1)
+    out = mid.sum(1) + mid.max(axis=1)
     sched = out.schedule()
     assert len(sched) == 2
     written = [item.bufs[0] for item in sched]
