@@ -81,8 +81,8 @@ CASES = [
          lambda x: x.cumsum(0) * x + x.cumsum(1).exp() + (x * 0.5 + 1).cumprod(1),
          lambda x: x.cumsum(0) * x + x.cumsum(1).exp() + (x * 0.5 + 1).cumprod(1), ((2, 4),)),
     Case("data_dependent_order",  # sort, topk, cummax and max pooling move values to positions found from them
-         lambda x: x.sort(1)[0] * x + x.cummax(1)[0] + x.topk(4, 1)[0].flip(1) + x.reshape(1, 1, 2, 4).max_pool2d((1, 2))
-         .reshape(2, 2).repeat_interleave(2, 1),
+         lambda x: x.sort(1)[0] * x + x.cummax(1)[0] + x.topk(4, 1)[0].flip(1)
+         + x.reshape(1, 1, 2, 4).max_pool2d((1, 2)).reshape(2, 2).repeat_interleave(2, 1),
          lambda x: x.sort(1)[0] * x + x.cummax(1)[0] + x.topk(4, 1)[0].flip(1)
          + torch.nn.functional.max_pool2d(x.reshape(1, 1, 2, 4), (1, 2)).reshape(2, 2).repeat_interleave(2, 1),
          ((2, 4),)),
