@@ -18,6 +18,13 @@ def _buffer(t: Tensor) -> Tensor:
     return t.requires_grad_(False)
 
 
+def add_running_stats(module: Module, num_features: int) -> None:
+    """Give a norm layer torch's running-statistics buffers (state-dict names included), left out of parameters()."""
+    module.running_mean = _buffer(Tensor.zeros(num_features))
+    module.running_var = _buffer(Tensor.ones(num_features))
+    module.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
+
+
 class BatchNorm(Module):
     """Batch normalization over axis 1 of (N, C, ...) inputs, as torch's BatchNorm1d/2d/3d.
 
@@ -33,10 +40,7 @@ class BatchNorm(Module):
         self.weight = Tensor.ones(num_features) if affine else None
         self.bias = Tensor.zeros(num_features) if affine else None
         self.track_running_stats = track_running_stats
-        if track_running_stats:
-            self.running_mean = _buffer(Tensor.zeros(num_features))
-            self.running_var = _buffer(Tensor.ones(num_features))
-            self.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
+        if track_running_stats: add_running_stats(self, num_features)
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self.num_features:
@@ -80,10 +84,7 @@ class _InstanceNorm(Module):
         self.weight = Tensor.ones(num_features) if affine else None
         self.bias = Tensor.zeros(num_features) if affine else None
         self.track_running_stats = track_running_stats
-        if track_running_stats:
-            self.running_mean = _buffer(Tensor.zeros(num_features))
-            self.running_var = _buffer(Tensor.ones(num_features))
-            self.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
+        if track_running_stats: add_running_stats(self, num_features)
 
     def __call__(self, x: Tensor) -> Tensor:
         name, n = type(self).__name__, self.dims
