@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,48 @@ def _tensor_list(op: str, first: Any, others: tuple[Any, ...], dim: int) -> tupl
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: expected Tensors, got {type(t).__name__}; pass the axis as dim=")
     return tensors, dim
+
+
+REARRANGE_TOKEN = re.compile(r"\.\.\.|[()]|[A-Za-z_][A-Za-z0-9_]*|\d+|\S")
+
+
+def _rearrange_side(side: str, formula: str) -> list[tuple[list[str], bool]]:
+    """One side of a rearrange formula as its axes, each (the names it is made of, whether parenthesized): "(h w)"
+    is (["h", "w"], True), "h" is (["h"], False), "1" and "()" are a unit axis ([]); "..." stays a name here."""
+    groups: list[tuple[list[str], bool]] = []
+    group: list[str] | None = None
+    for token in REARRANGE_TOKEN.findall(side):
+        if token == "(":
+            if group is not None: raise ValueError(f"rearrange: nested parentheses in {formula!r}; groups are flat")
+            group = []
+        elif token == ")":
+            if group is None: raise ValueError(f"rearrange: ')' without '(' in {formula!r}")
+            groups.append((group, True))
+            group = None
+        elif token == "..." or token[0].isalpha() or token[0] == "_":
+            if group is None: groups.append(([token], False))
+            else: group.append(token)
+        elif token.isdigit() and int(token) == 1:
+            if group is None: groups.append(([], True))  # a unit axis; inside a group, a factor 1 changes nothing
+        else:
+            what = "a size" if token.isdigit() else "character"
+            raise ValueError(f"rearrange: unexpected {what} {token!r} in {formula!r}; a side holds axis names, '...', "
+                             "'1' or '()' for a unit axis, and parenthesized groups (sizes go in keywords: h=2)")
+    if group is not None: raise ValueError(f"rearrange: '(' without ')' in {formula!r}")
+    names = [n for g, _ in groups for n in g]
+    if repeated := sorted({n for n in names if names.count(n) > 1}):
+        raise ValueError(f"rearrange: {', '.join(repeated)} appears more than once on one side of {formula!r}")
+    return groups
+
+
+def _expand_ellipsis(groups: list[tuple[list[str], bool]], ellipsis: list[str]) -> list[list[str]]:
+    """The axes' names with "..." replaced by the names of the axes it stands for: one axis each when alone, one
+    axis made of all of them inside parentheses (the right side's "(...)" merges them)."""
+    out: list[list[str]] = []
+    for names, grouped in groups:
+        if names == ["..."] and not grouped: out.extend([e] for e in ellipsis)
+        else: out.append([e for n in names for e in (ellipsis if n == "..." else [n])])
+    return out
 
 
 def _part(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
@@ -260,6 +303,7 @@ class MovementMixin:
         """Windows of `size` elements every `step` along `dim`, as torch.Tensor.unfold: axis `dim` becomes the
         number of windows and a new last axis of length `size` holds each window.
 
+        >>> from ember import Tensor
         >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
         [[1, 2], [3, 4]]
         """
@@ -275,6 +319,59 @@ class MovementMixin:
         last = [a for a in range(self.ndim) if a != d] + [d]
         pooled = _pool(self.permute(last), (size,), (step,), (1,))  # (..., windows, size)
         return pooled.permute(list(range(d)) + [self.ndim - 1] + list(range(d, self.ndim - 1)) + [self.ndim])
+
+    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+        """The axes regrouped and reordered by an einops formula `"<axes in> -> <axes out>"`: names for axes,
+        parentheses for an axis made of several (`(h w)`), `...` for any number of axes, `1` or `()` for a unit
+        axis; keywords give sizes that the shape alone does not fix. A reshape, a permute and a reshape: no copy.
+
+        >>> from ember import Tensor
+        >>> Tensor.arange(6).reshape(2, 3).rearrange("a b -> b a").tolist()
+        [[0, 3], [1, 4], [2, 5]]
+        >>> Tensor.arange(6).rearrange("(h w) -> w h", h=2).shape
+        (3, 2)
+        """
+        if not isinstance(formula, str) or formula.count("->") != 1:
+            raise ValueError(f"rearrange: the formula must be one string '<axes in> -> <axes out>', got {formula!r}")
+        left_text, right_text = formula.split("->")
+        left, right = _rearrange_side(left_text, formula), _rearrange_side(right_text, formula)
+        left_names, right_names = [n for g, _ in left for n in g], [n for g, _ in right for n in g]
+        if set(left_names) != set(right_names):
+            side, names = ("left", set(left_names) - set(right_names)) if set(left_names) - set(right_names) else \
+                ("right", set(right_names) - set(left_names))
+            raise ValueError(f"rearrange: {', '.join(sorted(names))} only on the {side} of {formula!r}; rearrange "
+                             "keeps every axis, so each name is on both sides")
+        if any("..." in g and grouped for g, grouped in left):
+            raise ValueError(f"rearrange: '...' inside parentheses on the left of {formula!r}; it may be grouped on "
+                             "the right only")
+        if unused := sorted(set(sizes) - set(left_names)):
+            raise ValueError(f"rearrange: sizes given for {', '.join(unused)}, which {formula!r} does not name")
+        for name, size in sizes.items():
+            if not isinstance(size, int) or size < 0:
+                raise ShapeError(f"rearrange: size {name}={size!r} must be a non-negative int")
+        named = len(left) - ("..." in left_names)
+        if self.ndim != named and ("..." not in left_names or self.ndim < named):
+            need = f"at least {named}" if "..." in left_names else str(named)
+            raise ShapeError(f"rearrange: the left of {formula!r} names {need} axes, the tensor has {self.ndim} "
+                             f"{self.shape}")
+        ellipsis = [f"...{i}" for i in range(self.ndim - named)]
+        axes_in, axes_out = _expand_ellipsis(left, ellipsis), _expand_ellipsis(right, ellipsis)
+        known = dict(sizes)
+        for group, n in zip(axes_in, self.shape, strict=True):
+            unknown = [a for a in group if a not in known]
+            given = prod(known[a] for a in group if a in known)
+            if len(unknown) > 1 or (unknown and (given == 0 or n % given)) or (not unknown and given != n):
+                text = group[0] if len(group) == 1 else f"({' '.join(group)})" if group else "1"
+                why = f"cannot infer both {unknown[0]} and {unknown[1]}" if len(unknown) > 1 else \
+                    f"the sizes {({a: known[a] for a in group if a in known})} do not divide or match it" if group \
+                    else "'1' and '()' stand for an axis of size 1"
+                raise ShapeError(f"rearrange: axis {text} has size {n} in {self.shape}: {why}; give the sizes of all "
+                                 "but one name of a group as keywords, multiplying to the axis size")
+            if unknown: known[unknown[0]] = n // given
+        flat_in = [a for g in axes_in for a in g]
+        split = self.reshape([known[a] for a in flat_in])
+        moved = split.permute([flat_in.index(a) for g in axes_out for a in g])
+        return moved.reshape([prod(known[a] for a in g) for g in axes_out])
 
     def meshgrid(self: Tensor, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of self and `others` (0-d or 1-d), as torch.meshgrid; "xy" swaps the first two axes."""
@@ -294,6 +391,7 @@ class MovementMixin:
         """The elements (i, i + offset) of axes `dim1` and `dim2`, as a new last axis; the other axes stay in order
         (torch.diagonal). A view built from movement ops, so gradients flow back to the diagonal only.
 
+        >>> from ember import Tensor
         >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal(1).tolist()
         [2, 6]
         """
@@ -313,6 +411,7 @@ class MovementMixin:
         """A 1-d tensor laid on diagonal `diagonal` of a square matrix of zeros, or the diagonal of a 2-d tensor as
         a 1-d one (torch.diag).
 
+        >>> from ember import Tensor
         >>> Tensor([1, 2]).diag(1).tolist()
         [[0, 1, 0], [0, 0, 2], [0, 0, 0]]
         """
