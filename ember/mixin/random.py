@@ -129,6 +129,51 @@ class RandomMixin:
         if not dt.is_float: raise DTypeError(f"randn_like: needs a float dtype, got {dt.name}; pass dtype=")
         return type(self).randn(*self.shape, dtype=dt, device=device or self.device)
 
+    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """int64 indices of categories drawn with probabilities proportional to the weights in self's last axis
+        (1-D: one distribution, shape (num_samples,); 2-D: one per row, shape (rows, num_samples)), as torch.
+
+        With replacement each draw inverts the running sum of the weights at a uniform value. Without, each
+        category gets the key log(w) - log(E) for an exponential E, and the largest keys win, in order: the
+        exponential race, whose order is that of drawing one at a time and renormalizing. The weights are read
+        once to check them as torch does (finite, non-negative, a positive sum). As torch, drawing more samples
+        without replacement than there are categories with weight gives the others last, in random order.
+
+        >>> from ember import Tensor
+        >>> Tensor([0.0, 1.0, 0.0]).multinomial(2, replacement=True).tolist()
+        [1, 1]
+        """
+        from ember.errors import ShapeError
+        from ember.tensor import Tensor
+        if self.ndim not in (1, 2): raise ShapeError(f"multinomial: weights must be 1-D or 2-D, got {self.shape}")
+        if not self.dtype.is_float:
+            raise DTypeError(f"multinomial: weights must have a float dtype, got {self.dtype.name}")
+        n = self.shape[-1]
+        if not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+        if not replacement and num_samples > n:
+            raise ValueError(f"multinomial: cannot draw {num_samples} samples from {n} categories without "
+                             "replacement; num_samples must be at most the number of categories")
+        weights = self.reshape(-1, n).float() if self.dtype.itemsize < 4 else self.reshape(-1, n)
+        _check_weights(weights)
+        rows = weights.shape[0]
+        if replacement:
+            cdf = weights.cumsum(-1)
+            point = Tensor.rand(rows, num_samples, 1, dtype=weights.dtype, device=self.device) * cdf[:, -1:, None]
+            count = (cdf.unsqueeze(1) <= point).sum(-1, dtype=dtypes.int64)
+            # u * total can round up to total: stop at the last category that has weight
+            position = Tensor.arange(n, dtype=dtypes.int64, device=self.device)
+            last = (weights > 0).where(position, 0).max(axis=-1, keepdim=True)
+            index = count.minimum(last)
+        else:
+            uniform = Tensor.rand(rows, n, dtype=weights.dtype, device=self.device)
+            exponential = -(1 - uniform).log()
+            # categories without weight come only after all others, in random order, as torch's: keys far below
+            # any log(w) - log(E) (which stays above -800 even in float64)
+            key = (weights > 0).where(weights.log() - exponential.log(), (1 + uniform) * -1e30)
+            index = key.topk(num_samples, -1).indices
+        return index.reshape(num_samples) if self.ndim == 1 else index
+
     # ---- initializers (torch's fan conventions: fan_in = shape[1] * receptive field, fan_out = shape[0] * ...) ----
 
     @classmethod
@@ -167,3 +212,14 @@ def _fans(shape: tuple[Any, ...], op: str) -> tuple[int, int]:
     if len(dims) < 2 or 0 in dims: raise ValueError(f"{op}: needs a shape with 2 or more nonzero axes, got {dims}")
     receptive = math.prod(dims[2:])
     return dims[1] * receptive, dims[0] * receptive
+
+
+def _check_weights(weights: Tensor) -> None:
+    """Raise as torch does for weights no distribution has: inf, NaN or negative ones, or a row summing to 0."""
+    bad = (weights < 0) | weights.isnan() | weights.isinf()
+    positive = (weights > 0).sum(-1)
+    if bad.any().item():
+        raise ValueError("multinomial: the weights contain inf, NaN or a negative value; weights must be finite and "
+                         ">= 0")
+    if (positive == 0).any().item():
+        raise ValueError("multinomial: a row of weights sums to 0; each distribution needs a positive weight")
