@@ -1,4 +1,5 @@
-"""Tensor constructors: zeros, ones, full, empty, arange, eye, linspace, and the *_like forms.
+"""Tensor constructors: zeros, ones, full, empty, arange, eye, linspace, the *_like forms, and tensors of outside
+bytes (from_blob: host memory; from_url: a file or download, cached).
 
 Constants are a CONST node broadcast to the shape, and `arange` an ARANGE node (its value is its index): no memory
 until realized, and both fuse into their consumers. `empty` is a bare buffer: no kernel ever writes it. Random
@@ -7,15 +8,24 @@ tensors are in random.py; `accepts_requires_grad` gives them torch's `requires_g
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import gzip
+import hashlib
 import inspect
 import math
+import os
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ember.device import Buffer, Device, buffer_uop
-from ember.dtype import DType, dtypes, to_dtype
+import numpy as np
+
+from ember.device import Buffer, Device, buffer_uop, cache_write
+from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import DTypeError, ShapeError
+from ember.helpers import CACHELEVEL, cache_dir
 from ember.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -63,6 +73,35 @@ def accepts_requires_grad(method: Any) -> Any:
         keyword = inspect.Parameter("requires_grad", inspect.Parameter.KEYWORD_ONLY, default=None)
         make.__signature__ = sig.replace(parameters=[*sig.parameters.values(), keyword])  # type: ignore[attr-defined]
     return classmethod(make) if is_class else make
+
+
+def tensor_of_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str | None) -> Tensor:
+    """A tensor whose buffer holds `raw` as is, read as `dtype` in `shape` (bfloat16 bits stay bits: no numpy
+    conversion of values)."""
+    from ember.tensor import Tensor
+    dev = Device.canonicalize(device or Device.DEFAULT)
+    buf = Buffer(dev, math.prod(shape), dtype).copyin(np.frombuffer(raw, dtype=to_numpy(dtype)))
+    return Tensor._from_uop(UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), shape), dev)
+
+
+def fetch(url: str, gunzip: bool) -> bytes:
+    """The bytes at `url` (decompressed when `gunzip`), from `<cache_dir>/downloads` when fetched before. Entries are
+    named by a hash of the URL and the gunzip flag, so a changed file behind the same URL is not seen again until
+    the entry is removed (or with CACHELEVEL=0, which neither reads nor writes the cache)."""
+    name = hashlib.sha256(url.encode()).hexdigest() + (".gunzip" if gunzip else "")
+    path = os.path.join(cache_dir(), "downloads", name)
+    if CACHELEVEL and os.path.exists(path):
+        with open(path, "rb") as f: return f.read()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response: data = response.read()
+    except (urllib.error.URLError, ValueError, OSError) as e:
+        raise OSError(f"from_url: cannot read {url!r}: {e}; check the URL (http://, https:// or file://)") from e
+    if gunzip:
+        try: data = gzip.decompress(data)
+        except (gzip.BadGzipFile, EOFError) as e:
+            raise ValueError(f"from_url: {url!r} is not a complete gzip file ({e}); pass gunzip=False") from e
+    if CACHELEVEL: cache_write(path, data)
+    return data
 
 
 def with_requires_grad(t: Tensor, requires_grad: bool | None) -> Tensor:
@@ -158,6 +197,38 @@ class CreationMixin:
         i = cls.arange(steps, device=device).cast(dtypes.float64)
         values = (i < steps // 2).where(i * step + start, end - (steps - 1 - i) * step)
         return with_requires_grad(values.cast(dt), requires_grad)
+
+    @classmethod
+    def from_blob(cls, ptr: int, shape: tuple[int, ...] | int, dtype: DType | str | None = None,
+                  device: str | None = None) -> Tensor:
+        """A tensor of the prod(shape) elements of `dtype` (float32 by default) at host address `ptr`, such as
+        numpy's `a.ctypes.data`.
+
+        tinygrad's from_blob wraps the memory without copying; ember copies the bytes into a buffer of its own
+        when called: ember's buffers belong to its device runtime, which cannot adopt memory it did not allocate.
+        So later writes to the memory are not seen, and the caller may free it at once. `ptr` must point to at
+        least that many readable bytes: nothing can check it, and a wrong one crashes the process."""
+        if isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise TypeError(f"from_blob: ptr must be an int address, got {type(ptr).__name__}; numpy gives "
+                            "a.ctypes.data, ctypes gives ctypes.addressof(obj)")
+        dims = shape_of(shape if isinstance(shape, tuple) else (shape,), "from_blob")
+        dt = to_dtype(dtype or dtypes.default_float)
+        nbytes = math.prod(dims) * dt.itemsize
+        if nbytes and ptr <= 0: raise ValueError(f"from_blob: ptr must be a positive address, got {ptr}")
+        return tensor_of_bytes(ctypes.string_at(ptr, nbytes) if nbytes else b"", dims, dt, device)
+
+    @classmethod
+    def from_url(cls, url: str, gunzip: bool = False, dtype: DType | str | None = None,
+                 device: str | None = None) -> Tensor:
+        """The bytes at `url` as a 1-D uint8 tensor, or read as `dtype`; with `gunzip`, a gzip file decompressed.
+        Any URL urllib opens (http, https, file); the bytes are kept in the cache directory, so a URL is fetched
+        once. tinygrad's tensor reads the cached file from disk lazily; ember reads it into a buffer at once."""
+        data = fetch(url, gunzip)
+        dt = to_dtype(dtype or dtypes.uint8)
+        if len(data) % dt.itemsize:
+            raise ShapeError(f"from_url: {len(data)} bytes are not a whole number of {dt.name} elements "
+                             f"({dt.itemsize} bytes each); read it as uint8 and slice")
+        return tensor_of_bytes(data, (len(data) // dt.itemsize,), dt, device)
 
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
         """The lower triangle of the last two axes (j <= i + diagonal), zeros above."""
