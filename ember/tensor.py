@@ -126,6 +126,48 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
+# the forward nodes of contiguous_backward(): the gradient reaching one is made contiguous before it flows on
+_CONTIGUOUS_BACKWARD: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """Every node of root's graph, rebuilt with the nodes in `mapping` replaced: {old: new}."""
+    new: dict[UOp, UOp] = {}
+    for u in root.toposort():
+        if u in mapping: new[u] = mapping[u]
+        else:
+            src = tuple(new[s] for s in u.src)
+            new[u] = u if src == u.src else u.replace(src=src)
+    return new
+
+
+def _gradients(root: UOp, seed: Tensor, targets: list[UOp]) -> dict[UOp, Tensor]:
+    """d root / d target for each target reached (compute_gradient), with the gradient of each contiguous_backward()
+    node made contiguous before it flows to that node's source.
+
+    A derivative rule sees an op, and that node's op is a plain reshape; so the graph is cut instead: each marker
+    is swapped for a DETACH of it (where compute_gradient stops, taking the marker's gradient as a target's), the
+    gradients are mapped back to the real graph, and each marker's gradient, made contiguous, seeds the walk from
+    the marker's source. Graphs without markers take compute_gradient alone."""
+    from ember.gradient import compute_gradient
+    markers = [u for u in root.toposort() if u in _CONTIGUOUS_BACKWARD] if _CONTIGUOUS_BACKWARD else []
+    if not markers: return compute_gradient(root, seed, set(targets))
+    cut = {m: UOp(Ops.DETACH, m.dtype, (m,), arg="contiguous_backward") for m in markers}
+    forward = _substitute(root, cut)
+    moved = {forward.get(t, t): t for t in targets}
+    grads = compute_gradient(forward[root], seed, set(moved) | set(cut.values()))
+    back = {cut_node: m for m, cut_node in cut.items()}
+
+    def restore(g: Tensor) -> Tensor: return g._wrap(_substitute(g.uop, back)[g.uop])
+
+    out = {moved[u]: restore(g) for u, g in grads.items() if u in moved}
+    for m, cut_node in cut.items():
+        if cut_node not in grads: continue
+        for t, g in _gradients(m.src[0], restore(grads[cut_node]).contiguous(), targets).items():
+            out[t] = out[t] + g if t in out else g
+    return out
+
+
 class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, ScanMixin, NNMixin,
              CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
@@ -222,14 +264,13 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         >>> (x * x).sum().gradient(x)[0].tolist()
         [2.0, 4.0, 6.0]
         """
-        from ember.gradient import compute_gradient
         if gradient is None:
             if self.numel() != 1:
                 raise ShapeError(f"gradient: the output has shape {self.shape}; pass `gradient` for a non-scalar")
             gradient = Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
         elif gradient.shape != self.shape:
             raise ShapeError(f"gradient: seed shape {gradient.shape} does not match the output's {self.shape}")
-        grads = compute_gradient(self.uop, gradient, {t.uop for t in targets})
+        grads = _gradients(self.uop, gradient, [t.uop for t in targets])
         return [grads[t.uop] if t.uop in grads else t.zeros_like() for t in targets]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -244,6 +285,16 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     def detach(self) -> Tensor:
         """The same values, with no gradient flowing back through them."""
         return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+    def contiguous_backward(self) -> Tensor:
+        """self, unchanged; the gradient flowing back through this point is made contiguous (stored in a buffer of
+        its own when realized) before it flows on, as tinygrad's: a kernel boundary in the backward pass.
+
+        The forward node is a reshape to the same shape, which every stage treats as the identity; it is recorded
+        in `_contiguous_backward` so that gradient() can cut the graph there (see `_gradients`)."""
+        marker = UOp(Ops.RESHAPE, self.dtype, (self.uop,), self.shape)
+        _CONTIGUOUS_BACKWARD.add(marker)
+        return self._wrap(marker)
 
     # ---- assignment and in-place ops ----------------------------------------------------------------------------
 
@@ -382,6 +433,10 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     def __hash__(self) -> int: return id(self)
 
+    def __delitem__(self, key: Any) -> None:
+        raise TypeError("del tensor[...]: a Tensor does not support item deletion (as tinygrad, torch and numpy); "
+                        "select what to keep instead (t[mask], t.index_select, or cat of the slices)")
+
     # ---- Python and numpy protocols ------------------------------------------------------------------------------
 
     def __repr__(self) -> str:
@@ -501,6 +556,20 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
             flat = (flat.astype(np.uint32) << 16).view(np.float32)
         return flat.reshape(self.shape)
 
+    def data(self) -> memoryview:
+        """The values as a read-only memoryview in self's shape, typed by the dtype's struct format ('f' for
+        float32, 'e' for float16, '?' for bool), as tinygrad's data(). A copy: writing self later leaves it as is.
+
+        >>> Tensor([[1, 2], [3, 4]]).data().tolist()
+        [[1, 2], [3, 4]]
+        """
+        if self.dtype is dtypes.bfloat16:
+            raise DTypeError("data: bfloat16 has no struct format for a memoryview; use numpy() (float32 values) or "
+                             "cast first")
+        values = self.numpy().copy(order="C")  # numpy() may be a view of a buffer that later writes change
+        values.flags.writeable = False
+        return memoryview(values)
+
     def item(self) -> Scalar:
         """The one value of a one-element tensor as a Python scalar."""
         if self.numel() != 1: raise ShapeError(f"item: the tensor has {self.numel()} elements {self.shape}; need 1")
@@ -514,6 +583,33 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         """self on `device` (a copy when it is another device)."""
         target = Device.canonicalize(device)
         return self if target == self.device else Tensor(self.numpy(), device=target)
+
+    def to_(self, device: str) -> Tensor:
+        """Move self to `device` in place (its `.grad` too): everyone holding this Tensor sees it there."""
+        moved = self.to(device)
+        if moved is self: return self
+        if self.grad is not None: self.grad = self.grad.to(device)
+        self.uop, self.device = moved.uop, moved.device
+        return self
+
+    def replace(self, x: Tensor) -> Tensor:
+        """Give self x's graph (no copy and no kernel: self becomes another name for x's value), as tinygrad's
+        replace. Unlike assign(), which casts and keeps self's dtype, both must agree in shape and dtype.
+
+        >>> t = Tensor([1, 2])
+        >>> t.replace(Tensor([3, 4])).tolist()
+        [3, 4]
+        """
+        if not isinstance(x, Tensor): raise TypeError(f"replace: expected a Tensor, got {type(x).__name__}")
+        if x.shape != self.shape:
+            raise ShapeError(f"replace: the new tensor's shape {x.shape} differs from the tensor's {self.shape}; "
+                             "use reshape first, or assign a new name")
+        if x.dtype != self.dtype:
+            raise DTypeError(f"replace: the new tensor's dtype {x.dtype.name} differs from the tensor's "
+                             f"{self.dtype.name}; cast first, or use assign() (which casts)")
+        self._check_writable("replace")
+        self.uop, self.device = x.uop, x.device
+        return self
 
     # ---- helpers the mixins build on -----------------------------------------------------------------------------
 
