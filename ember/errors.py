@@ -31,6 +31,11 @@ class DTypeError(EmberError, TypeError, RuntimeError):
     gradients")."""
 
 
+class ArgumentError(EmberError, ValueError, RuntimeError):
+    """An argument value the op cannot take (no clamp bound, an integer to a negative power): a ValueError as in
+    Python, and a RuntimeError because torch raises that for these calls."""
+
+
 class DeviceError(EmberError, RuntimeError):
     """A device that does not exist or is not available here; names what to install."""
 

@@ -360,7 +360,7 @@ def test_normalize_rejects_a_norm_order_it_cannot_take():
 def test_clamp_without_bounds_raises_like_torch(call):
     with pytest.raises(RuntimeError, match="At least one of 'min' or 'max' must not be None"):
         torch.clamp(torch.tensor([1.0]))
-    with pytest.raises(ValueError, match="clamp: no bound given: min_=None, max_=None; give min_, max_ or both"):
+    with pytest.raises(RuntimeError, match="clamp: no bound given: min_=None, max_=None; give min_, max_ or both"):
         call(Tensor([1.0, 2.0]))
 
 
@@ -370,7 +370,7 @@ def test_an_integer_tensor_to_a_negative_integer_power_raises_like_torch(exponen
     data = np.array([1, 0, 1] if dtype == "bool" else [1, 2, 3], dtype)
     with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
         _ = torch.from_numpy(data) ** exponent
-    with pytest.raises(ValueError, match=rf"pow: integers to negative integer powers are not allowed: {dtype} \*\* "
+    with pytest.raises(RuntimeError, match=rf"pow: integers to negative integer powers are not allowed: {dtype} \*\* "
                                          rf"{exponent}; use a float base or exponent"):
         _ = Tensor(data) ** exponent
 

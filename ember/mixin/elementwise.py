@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ember.dtype import DType, dtypes, promote_operands, to_dtype
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.uop.ops import Ops, UOp, constant_of
 
 if TYPE_CHECKING:
@@ -294,7 +294,7 @@ class ElementwiseMixin:
         a, b = self._operands("pow", exponent)
         if a.dtype.is_bool: raise DTypeError("pow: not defined for two bool operands (as in torch)")
         if not a.dtype.is_float and type(exponent) is int and exponent < 0:  # numpy and torch refuse it too
-            raise ValueError(f"pow: integers to negative integer powers are not allowed: {self.dtype.name} ** "
+            raise ArgumentError(f"pow: integers to negative integer powers are not allowed: {self.dtype.name} ** "
                              f"{exponent}; use a float base or exponent (x.float() ** {exponent}, x ** {exponent}.0)")
         if a.dtype in (dtypes.float32, dtypes.float64) and (short := _POWERS.get(constant_of(b.uop))) is not None:
             return short(a)
@@ -390,7 +390,7 @@ class ElementwiseMixin:
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         """self limited to [min_, max_]; the gradient flows to self inside and at the bounds (as torch)."""
         if min_ is None and max_ is None:
-            raise ValueError("clamp: no bound given: min_=None, max_=None; give min_, max_ or both")
+            raise ArgumentError("clamp: no bound given: min_=None, max_=None; give min_, max_ or both")
         out = self if min_ is None else (self < min_).where(min_, self)
         return out if max_ is None else (out > max_).where(max_, out)
 
