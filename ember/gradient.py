@@ -118,6 +118,7 @@ def grad_gather(ctx: Tensor, ret: UOp, x: UOp, idx: UOp) -> Grads:
 pm_gradient = PatternMatcher([
     (UPat(Ops.CAST, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.cast(x.dtype),)),
     (UPat((Ops.CONTIGUOUS, Ops.COPY), name="ret"), lambda ctx, ret: (ctx,)),
+    (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (ctx.contiguous(),)),
     (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),
     (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * as_tensor(ret, ctx) * as_tensor(ret, ctx),)),
     (UPat(Ops.EXP, name="ret"), lambda ctx, ret: (ctx * as_tensor(ret, ctx),)),

@@ -126,48 +126,6 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
-# the forward nodes of contiguous_backward(): the gradient reaching one is made contiguous before it flows on
-_CONTIGUOUS_BACKWARD: weakref.WeakSet[UOp] = weakref.WeakSet()
-
-
-def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> dict[UOp, UOp]:
-    """Every node of root's graph, rebuilt with the nodes in `mapping` replaced: {old: new}."""
-    new: dict[UOp, UOp] = {}
-    for u in root.toposort():
-        if u in mapping: new[u] = mapping[u]
-        else:
-            src = tuple(new[s] for s in u.src)
-            new[u] = u if src == u.src else u.replace(src=src)
-    return new
-
-
-def _gradients(root: UOp, seed: Tensor, targets: list[UOp]) -> dict[UOp, Tensor]:
-    """d root / d target for each target reached (compute_gradient), with the gradient of each contiguous_backward()
-    node made contiguous before it flows to that node's source.
-
-    A derivative rule sees an op, and that node's op is a plain reshape; so the graph is cut instead: each marker
-    is swapped for a DETACH of it (where compute_gradient stops, taking the marker's gradient as a target's), the
-    gradients are mapped back to the real graph, and each marker's gradient, made contiguous, seeds the walk from
-    the marker's source. Graphs without markers take compute_gradient alone."""
-    from ember.gradient import compute_gradient
-    markers = [u for u in root.toposort() if u in _CONTIGUOUS_BACKWARD] if _CONTIGUOUS_BACKWARD else []
-    if not markers: return compute_gradient(root, seed, set(targets))
-    cut = {m: UOp(Ops.DETACH, m.dtype, (m,), arg="contiguous_backward") for m in markers}
-    forward = _substitute(root, cut)
-    moved = {forward.get(t, t): t for t in targets}
-    grads = compute_gradient(forward[root], seed, set(moved) | set(cut.values()))
-    back = {cut_node: m for m, cut_node in cut.items()}
-
-    def restore(g: Tensor) -> Tensor: return g._wrap(_substitute(g.uop, back)[g.uop])
-
-    out = {moved[u]: restore(g) for u, g in grads.items() if u in moved}
-    for m, cut_node in cut.items():
-        if cut_node not in grads: continue
-        for t, g in _gradients(m.src[0], restore(grads[cut_node]).contiguous(), targets).items():
-            out[t] = out[t] + g if t in out else g
-    return out
-
-
 class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, ScanMixin, NNMixin,
              CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
@@ -270,7 +228,8 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
             gradient = Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
         elif gradient.shape != self.shape:
             raise ShapeError(f"gradient: seed shape {gradient.shape} does not match the output's {self.shape}")
-        grads = _gradients(self.uop, gradient, [t.uop for t in targets])
+        from ember.gradient import compute_gradient
+        grads = compute_gradient(self.uop, gradient, {t.uop for t in targets})
         return [grads[t.uop] if t.uop in grads else t.zeros_like() for t in targets]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -288,13 +247,8 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     def contiguous_backward(self) -> Tensor:
         """self, unchanged; the gradient flowing back through this point is made contiguous (stored in a buffer of
-        its own when realized) before it flows on, as tinygrad's: a kernel boundary in the backward pass.
-
-        The forward node is a reshape to the same shape, which every stage treats as the identity; it is recorded
-        in `_contiguous_backward` so that gradient() can cut the graph there (see `_gradients`)."""
-        marker = UOp(Ops.RESHAPE, self.dtype, (self.uop,), self.shape)
-        _CONTIGUOUS_BACKWARD.add(marker)
-        return self._wrap(marker)
+        its own when realized) before it flows on, as tinygrad's: a kernel boundary in the backward pass."""
+        return self._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
 
     # ---- assignment and in-place ops ----------------------------------------------------------------------------
 

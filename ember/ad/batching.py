@@ -60,7 +60,8 @@ def lift_gather(ctx: Lifting, u: UOp) -> UOp:
 
 
 pm_lift = PatternMatcher([
-    (UPat(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.DETACH}, name="u"), lift_elementwise),
+    (UPat(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}, name="u"),
+     lift_elementwise),
     (UPat(Ops.RESHAPE, name="u"), lambda ctx, u: UOp(Ops.RESHAPE, u.dtype, ctx.srcs, (ctx.size, *u.arg))),
     (UPat(Ops.EXPAND, name="u"), lambda ctx, u: UOp(Ops.EXPAND, u.dtype, ctx.srcs, (ctx.size, *u.arg))),
     (UPat(Ops.PERMUTE, name="u"), lambda ctx, u: UOp(Ops.PERMUTE, u.dtype, ctx.srcs, (0, *(a + 1 for a in u.arg)))),

@@ -28,7 +28,7 @@ from ember.gradient import pm_gradient
 from ember.tensor import Tensor
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 
-LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.COPY, Ops.GATHER}
+LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.GATHER}
 
 
 def as_tensor(u: UOp) -> Tensor:

@@ -52,7 +52,7 @@ def _propagate(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp
     if all(s is None for s in srcs) or u.op in NO_DERIVATIVE or not u.dtype.is_float: return None
     x = srcs[0]
     if u.op is Ops.WHERE: srcs = srcs[1:]
-    if u.op in GroupOp.Elementwise or u.op in (Ops.CONTIGUOUS, Ops.COPY):
+    if u.op in GroupOp.Elementwise or u.op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY):
         present = [s for s in srcs if s is not None]
         return present[0] if len(present) == 1 else np.logical_or.reduce(present)
     assert x is not None

@@ -211,7 +211,7 @@ def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
     if u.op is Ops.GATHER:
         a, k = u.arg, len(u.src[1].shape)
         return [(u.src[0], (*axes[:a], none, *axes[a + k:])), (u.src[1], axes[a:a + k])]
-    return [(s, axes) for s in u.src if s.op is not Ops.DEFINE_GLOBAL]  # elementwise, PAD, SHRINK, FLIP, DETACH
+    return [(s, axes) for s in u.src if s.op is not Ops.DEFINE_GLOBAL]  # elementwise, PAD, SHRINK, FLIP, DETACH, ...
 
 
 def branching_axes(value: UOp, shape: tuple[int, ...]) -> frozenset[int]:
@@ -247,7 +247,7 @@ pm_rangeify = PatternMatcher([
     (UPat(Ops.INDEX, src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="c"),), allow_any_len=True), lambda c: c),
     (UPat(Ops.INDEX, src=(UPat(Ops.ARANGE, name="a"), UPat.var("valid"), UPat.var("i"))), lambda a, valid, i:
      i.cast(a.dtype)),  # the value of an ARANGE is its index
-    (UPat(Ops.INDEX, src=(UPat(Ops.DETACH, name="d"),), allow_any_len=True, name="x"),
+    (UPat(Ops.INDEX, src=(UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), name="d"),), allow_any_len=True, name="x"),
      lambda x, d: at(d.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("valid"), UPat.var("i")), name="x"),
      index_buffer),

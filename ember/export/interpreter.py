@@ -210,7 +210,7 @@ def _function(u: UOp) -> Callable[..., Value]:
     if u.op is Ops.CONST: return functools.partial(np.array, u.arg, dtype=want)
     if u.op is Ops.ARANGE: return functools.partial(np.arange, u.arg, dtype=want)
     if u.op in GroupOp.Movement: return functools.partial(apply_movement, u)
-    if u.op is Ops.DETACH: return lambda x: x
+    if u.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return lambda x: x
     if u.op is Ops.REDUCE_AXIS: return functools.partial(_reduce, u)
     if u.op is Ops.GATHER: return functools.partial(_gather, u)
     if u.op is Ops.WHERE: return np.where
@@ -225,6 +225,7 @@ def _function(u: UOp) -> Callable[..., Value]:
     return functools.partial(_per_element, u)  # libm functions, POW, ATAN2, float MOD (fmod)
 
 
-_KNOWN = frozenset({Ops.DEFINE_GLOBAL, Ops.DETACH, Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.GATHER, Ops.WHERE,
-                    Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD, Ops.STORE, Ops.SINK, Ops.POW, Ops.ATAN2}) | \
+_KNOWN = frozenset({Ops.DEFINE_GLOBAL, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS,
+                    Ops.GATHER, Ops.WHERE, Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD, Ops.STORE, Ops.SINK, Ops.POW,
+                    Ops.ATAN2}) | \
     GroupOp.Movement | GroupOp.Transcendental | set(_UNARY) | set(_BINARY)

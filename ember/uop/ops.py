@@ -26,6 +26,7 @@ class Ops(enum.IntEnum):
     # tensor level
     BUFFER = enum.auto(); CONST = enum.auto(); COPY = enum.auto(); CONTIGUOUS = enum.auto()  # noqa: E702
     ASSIGN = enum.auto(); DETACH = enum.auto(); KERNEL = enum.auto()  # noqa: E702
+    CONTIGUOUS_BACKWARD = enum.auto()  # the identity forward; its gradient is stored (CONTIGUOUS) before it flows on
     RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()  # noqa: E702
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
     REDUCE_AXIS = enum.auto(); ARANGE = enum.auto()  # noqa: E702  (ARANGE: the tensor 0..arg-1)
