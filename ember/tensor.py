@@ -25,7 +25,7 @@ from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
 from ember.errors import AxisError, DeviceError, DTypeError, EmberError, ShapeError
 from ember.helpers import prod
 from ember.mixin.activation import ActivationMixin
-from ember.mixin.creation import CreationMixin, accepts_requires_grad, int_dtype_for
+from ember.mixin.creation import CreationMixin, int_dtype_for
 from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.indexing import IndexingMixin
 from ember.mixin.movement import MovementMixin
@@ -142,20 +142,6 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     traced_inputs: ClassVar[set[UOp]] = set()  # placeholders of the NumericalFunctions being traced: no values yet
     # numpy binary operators (np.float32(2) * t) defer to Tensor's reflected ones; ufuncs (np.exp(t)) raise TypeError
     __array_ufunc__ = None
-
-    # random.py's creators, given torch's `requires_grad=` keyword (creation.py's take it in their signatures)
-    rand = accepts_requires_grad(vars(RandomMixin)["rand"])
-    randn = accepts_requires_grad(vars(RandomMixin)["randn"])
-    uniform = accepts_requires_grad(vars(RandomMixin)["uniform"])
-    normal = accepts_requires_grad(vars(RandomMixin)["normal"])
-    randint = accepts_requires_grad(vars(RandomMixin)["randint"])
-    randperm = accepts_requires_grad(vars(RandomMixin)["randperm"])
-    rand_like = accepts_requires_grad(vars(RandomMixin)["rand_like"])
-    randn_like = accepts_requires_grad(vars(RandomMixin)["randn_like"])
-    kaiming_uniform = accepts_requires_grad(vars(RandomMixin)["kaiming_uniform"])
-    kaiming_normal = accepts_requires_grad(vars(RandomMixin)["kaiming_normal"])
-    glorot_uniform = accepts_requires_grad(vars(RandomMixin)["glorot_uniform"])
-    scaled_uniform = accepts_requires_grad(vars(RandomMixin)["scaled_uniform"])
 
     @staticmethod
     def train(mode: bool = True) -> _ClassFlag:

@@ -59,8 +59,8 @@ def int_dtype_for(op: str, *values: int) -> DType:
 def accepts_requires_grad(method: Any) -> Any:
     """`method` (a function or classmethod that makes a tensor) also taking torch's `requires_grad=` keyword.
 
-    Lets tensor.py give random.py's creators the keyword without each of them handling it; the signature shown by
-    help() lists the keyword."""
+    random.py's creators take the keyword this way rather than each handling it; the signature shown by help()
+    lists it."""
     is_class = isinstance(method, classmethod)
     fn: Callable[..., Tensor] = method.__func__ if is_class else method
 

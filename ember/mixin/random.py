@@ -14,6 +14,7 @@ import numpy as np
 
 from ember.dtype import DType, dtypes, to_dtype
 from ember.errors import DTypeError
+from ember.mixin.creation import accepts_requires_grad
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -67,6 +68,7 @@ class RandomMixin:
         return threefry2x32((key_low, key_high), low, high)
 
     @classmethod
+    @accepts_requires_grad
     def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Uniform samples in [0, 1): the top mantissa-many bits of a random word, so every value is exact."""
         from ember.mixin.creation import shape_of
@@ -82,12 +84,14 @@ class RandomMixin:
         return value.reshape(dims)
 
     @classmethod
+    @accepts_requires_grad
     def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
                 device: str | None = None) -> Tensor:
         """Uniform samples in [low, high)."""
         return cls.rand(*shape, dtype=dtype, device=device) * (high - low) + low
 
     @classmethod
+    @accepts_requires_grad
     def randn(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Standard normal samples (Box-Muller on two uniform draws, computed in float32 or float64)."""
         from ember.mixin.creation import shape_of
@@ -98,11 +102,13 @@ class RandomMixin:
         return (radius * (u2 * (2 * math.pi)).cos()).cast(dt)
 
     @classmethod
+    @accepts_requires_grad
     def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None,
                device: str | None = None) -> Tensor:
         return cls.randn(*shape, dtype=dtype, device=device) * std + mean
 
     @classmethod
+    @accepts_requires_grad
     def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
                 device: str | None = None) -> Tensor:
         """Integers uniform in [low, high)."""
@@ -111,18 +117,21 @@ class RandomMixin:
         return (cls.rand(*shape, dtype=dtypes.float64, device=device) * (high - low)).floor().cast(dt) + low
 
     @classmethod
+    @accepts_requires_grad
     def randperm(cls, n: int, device: str | None = None, dtype: DType | str = dtypes.int32) -> Tensor:
         """A random permutation of 0..n-1: the ranks of n float64 uniform draws (53 bits make ties rare, and the
         stable sort still gives a permutation when they happen)."""
         if not isinstance(n, int) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
         return cls.rand(n, dtype=dtypes.float64, device=device).argsort().cast(to_dtype(dtype))
 
+    @accepts_requires_grad
     def rand_like(self: Tensor, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Uniform samples in [0, 1) with self's shape, and self's dtype and device unless given."""
         dt = to_dtype(dtype or self.dtype)
         if not dt.is_float: raise DTypeError(f"rand_like: needs a float dtype, got {dt.name}; pass dtype=")
         return type(self).rand(*self.shape, dtype=dt, device=device or self.device)
 
+    @accepts_requires_grad
     def randn_like(self: Tensor, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Standard normal samples with self's shape, and self's dtype and device unless given."""
         dt = to_dtype(dtype or self.dtype)
@@ -177,6 +186,7 @@ class RandomMixin:
     # ---- initializers (torch's fan conventions: fan_in = shape[1] * receptive field, fan_out = shape[0] * ...) ----
 
     @classmethod
+    @accepts_requires_grad
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, dtype: DType | str | None = None,
                         device: str | None = None) -> Tensor:
         """He initialization for a leaky-relu slope `a`: uniform in +-gain * sqrt(3 / fan_in)."""
@@ -185,6 +195,7 @@ class RandomMixin:
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
 
     @classmethod
+    @accepts_requires_grad
     def kaiming_normal(cls, *shape: Any, a: float = 0.01, dtype: DType | str | None = None,
                        device: str | None = None) -> Tensor:
         """He initialization, normal with std gain / sqrt(fan_in)."""
@@ -192,6 +203,7 @@ class RandomMixin:
         return cls.normal(*shape, std=math.sqrt(2 / (1 + a * a)) / math.sqrt(fan_in), dtype=dtype, device=device)
 
     @classmethod
+    @accepts_requires_grad
     def glorot_uniform(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Glorot (Xavier) initialization: uniform in +-sqrt(6 / (fan_in + fan_out))."""
         fan_in, fan_out = _fans(shape, "glorot_uniform")
@@ -199,6 +211,7 @@ class RandomMixin:
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
 
     @classmethod
+    @accepts_requires_grad
     def scaled_uniform(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Uniform in [-1, 1) scaled by prod(shape) ** -0.5, as tinygrad's scaled_uniform."""
         from ember.mixin.creation import shape_of
