@@ -284,7 +284,10 @@ def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
     """Simplify a gated read's offset knowing the gate holds: a padded read then needs no `%` to stay in bounds, a
     gather's position read from a table (checked to be inside its axis) no `//` and `%` to split and rejoin it.
 
-    Each bounded node is swapped for a variable with the narrower bounds, the offset simplified, and swapped back."""
+    Each bounded node is swapped for a variable with the narrower bounds, the offset simplified, and swapped back.
+    An offset computed by a reduction (a position that sort or topk found) is left alone: the swap would rebuild
+    that REDUCE as a second one over the same RANGEs, which two ENDs would then close."""
+    if any(u.op is Ops.REDUCE for u in i.toposort()): return None
     bounds = {r: b for r, b in gate_bounds(gate).items() if b[0] <= b[1] and b != (r.vmin, r.vmax)}
     if not bounds: return None
     narrow = {r: UOp.variable(f"gate{k}", lo, hi, r.dtype) for k, (r, (lo, hi)) in enumerate(bounds.items())}

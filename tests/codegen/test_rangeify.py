@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+import torch
 
 from ember import Tensor
 from ember.codegen.rangeify import rangeify, reshape_index
@@ -309,3 +310,29 @@ def test_a_reduction_read_twice_is_computed_once(epilogue: Callable[[Tensor], Te
     src = get_program(sched[0].ast, Device["CPU"].renderer).src
     assert src.count("acc1") == 0 and src.count("for (") == 3, src
     np.testing.assert_allclose(epilogue(x @ w).numpy(), epilogue(Tensor(x.numpy() @ w.numpy())).numpy(), rtol=1e-6)
+
+
+SORTED_THEN_MOVED = [
+    ("sort_roll_sum", (100,), lambda t: t.sort()[0].roll(1, 0).sum()),
+    ("sort_pad", (5, 5, 1), lambda t: t.sort(1)[0].pad((3, 3)) if isinstance(t, Tensor) else
+     torch.nn.functional.pad(t.sort(1)[0], (3, 3))),
+    ("topk_roll", (4, 9), lambda t: t.topk(3, 1)[0].roll(2, 1)),
+    ("sort_flip_roll", (3, 8), lambda t: t.sort(0)[0].flip(1).roll(-1, 0)),
+    ("argsort_roll", (12,), lambda t: t.argsort().roll(5, 0)),
+]
+
+
+@pytest.mark.parametrize("name, shape, build", SORTED_THEN_MOVED, ids=[c[0] for c in SORTED_THEN_MOVED])
+def test_sort_or_topk_then_a_movement_op_renders_and_matches_torch(name: str, shape: tuple[int, ...],
+                                                                    build: Callable):
+    """A gated read whose offset is computed by sort's reduction (a roll's or pad's gate over a sorted value) kept
+    its offset's REDUCE as is; simplifying it under the gate rebuilt it as a second REDUCE over the same RANGEs,
+    closed by two ENDs, and rendering failed with a KeyError (issue 13, item 6)."""
+    from ember.codegen.lowerer import lower
+    x = np.random.default_rng(len(name)).random(shape, dtype=np.float32)
+    with Context(UNROLL=64):
+        got = build(Tensor(x))
+        for item in got.schedule():
+            closed = [u.src[1] for u in lower(rangeify(item.ast)).toposort() if u.op is Ops.END]
+            assert len(closed) == len(set(closed)), "a RANGE closed twice"
+        np.testing.assert_array_equal(got.numpy(), build(torch.from_numpy(x)).numpy())
