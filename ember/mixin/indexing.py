@@ -195,8 +195,14 @@ class IndexingMixin:
         """Write `value` (broadcast to the indexed shape) where `index` points, then realize self. Of several writes
         to one position the last in index order stays, as in torch's index_put on CPU and in numpy.
 
-        Tensors built from self before the write keep the values they had (ember's tensors are values, not views)."""
+        Tensors built from self before the write keep the values they had (ember's tensors are values, not views).
+
+        Gradients flow through the write as in torch: the overwritten elements of self get none, the rest of self
+        and `value` (when it requires grad) get theirs. So self is realized at once only when no gradient can pass
+        through it; otherwise it stays lazy, since realizing would cut it from the tensors it was computed from. Of
+        several writes to one position only the last gets a gradient (torch gives one to each)."""
         from ember.tensor import Tensor
+        self._check_writable("setitem")
         ix = _parse_index(self, index)
         v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
         if ix.empty or any(t.numel() == 0 for t in ix.tensors):  # selects nothing: only check the value's shape
@@ -216,7 +222,8 @@ class IndexingMixin:
             last = hit.where(order, 0).max(axis=0)  # 1 + the last write to each position, 0 for none
             picked = _select_last(v.reshape(1, -1), (last - 1).maximum(0))
             new = (last > 0).where(picked, self.flatten()).reshape(self.shape)
-        self.assign(new.contiguous()).realize()
+        self.assign(new.contiguous())
+        if not _carries_gradient(self): self.realize()
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1, as torch.gather: out has index's shape."""
@@ -285,6 +292,14 @@ class IndexingMixin:
         from ember.mixin.elementwise import broadcast_shape
         shape = broadcast_shape("masked_select", self.shape, mask.shape)
         return self._broadcast_to(shape)[mask._broadcast_to(shape)]
+
+
+def _carries_gradient(x: Tensor) -> bool:
+    """Whether backward() could pass a gradient through x: it is computed from a tensor that requires grad."""
+    from ember.tensor import Tensor
+    if Tensor.no_grad or not Tensor._needs_grad: return False
+    graph = x.uop.toposort()
+    return any(t.uop in graph for t in list(Tensor._needs_grad.values()))
 
 
 def _broadcast_value(value: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
