@@ -8,11 +8,17 @@ The cache directory (helpers.cache_dir) holds compiled kernels (compile/, lib/),
 engine/realize.py) and NumericalFunction extensions (native/). Every entry is written atomically and read through
 `read_cached`, which marks it used; `cache_write` keeps the directory under EMBER_CACHE_MAX_MB by evicting the least
 recently used files.
+
+Nothing found in the cache is trusted: a file can be truncated by a full disk, zeroed by a crash, or copied between
+machines. Compiled kernels carry a checksum of their key and bytes in their name (`write_checked`), checked before
+use; a damaged entry is deleted and rebuilt with a CacheWarning. A cache directory that cannot be written (read-only,
+missing, a file in its place) costs speed, never results: ember warns once and compiles into scratch_dir().
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import hashlib
 import importlib
@@ -22,6 +28,7 @@ import random
 import shutil
 import tempfile
 import time
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,21 +117,41 @@ class Compiler:
     def compile(self, src: str) -> bytes: raise NotImplementedError
 
     def compile_cached(self, src: str) -> bytes:
-        """compile(src), from the on-disk cache when this exact source was compiled before by this compiler."""
+        """compile(src), from the on-disk cache when this exact source was compiled before by this compiler; an entry
+        whose checksum does not match is rebuilt (see `find_checked`)."""
         if not CACHELEVEL: return self.compile(src)
         digest = hashlib.sha256(f"{self.cache_key}\0{src}".encode()).hexdigest()
-        path = os.path.join(cache_dir(), "compile", digest[:2], digest)
-        if (lib := read_cached(path)) is not None: return lib
+        folder = os.path.join(cache_dir(), "compile", digest[:2])
+        if (found := find_checked(folder, digest)) is not None: return found[1]
         lib = self.compile(src)
-        cache_write(path, lib)
+        write_checked(folder, digest, lib)
         return lib
 
 
 # ---- the cache directory -----------------------------------------------------------------------------------------
 
 
+class CacheWarning(UserWarning):
+    """The cache directory was not usable as found (a damaged entry, a directory ember cannot write) and ember went
+    on without it: results are right, only time is lost. Its own category, so that it can be filtered or made an
+    error: warnings.simplefilter("error", CacheWarning)."""
+
+
+WRITE_ATTEMPTS = 3  # a folder deleted while we write into it (rm -rf of the cache, eviction) is made again this often
+
+
 def write_atomically(path: str, data: bytes) -> None:
-    """Write `data` to `path` so that readers see either nothing or all of it, never a partial file."""
+    """Write `data` to `path` so that readers see either nothing or all of it, never a partial file. A folder that
+    disappears meanwhile (the user deleting the cache, evict_cache removing an empty folder) is made again."""
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            _write_once(path, data)
+            return
+        except FileNotFoundError:
+            if attempt == WRITE_ATTEMPTS - 1: raise
+
+
+def _write_once(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
@@ -156,10 +183,63 @@ def read_cached(path: str) -> bytes | None:
     return data
 
 
-def cache_write(path: str, data: bytes) -> None:
-    """Write a cache entry atomically, then maybe evict (see `maybe_evict`)."""
-    write_atomically(path, data)
+# errors that say the cache directory cannot take files (rather than a bug in ember): cache_write falls back on them
+UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.ENOENT, errno.EEXIST,
+                        errno.ENOSPC, errno.EDQUOT, errno.EISDIR})
+_unwritable_warned: set[str] = set()  # cache roots this process has warned about
+
+
+def cache_write(path: str, data: bytes) -> bool:
+    """Write a cache entry atomically, then maybe evict (see `maybe_evict`). False where the cache directory cannot
+    be written (see UNWRITABLE): the caller goes on without the entry, and the first such failure per cache
+    directory warns, naming the cause, so that a read-only cache is neither an error nor a warning per kernel."""
+    try:
+        write_atomically(path, data)
+    except OSError as e:
+        if e.errno not in UNWRITABLE: raise
+        if (root := cache_dir()) not in _unwritable_warned:
+            _unwritable_warned.add(root)
+            warnings.warn(f"cache: cannot write to the cache directory {root}: {e}; compiling into a private "
+                          f"temporary directory instead, so this process's kernels are not kept; point EMBER_CACHE "
+                          f"at a writable directory, or set CACHELEVEL=0", CacheWarning, stacklevel=2)
+        return False
     maybe_evict(len(data))
+    return True
+
+
+def discard_damaged(path: str, why: str) -> None:
+    """Delete a cache entry found damaged, with a CacheWarning; its caller builds it again."""
+    _unlink(path)
+    warnings.warn(f"cache: damaged entry {path}: {why}; deleted, building it again", CacheWarning, stacklevel=3)
+
+
+def checked_name(key: str, data: bytes) -> str:
+    """The file name write_checked gives `data` stored under `key`: the key, then a checksum of key and bytes, so a
+    truncated or overwritten file, or another key's file copied here, no longer matches its name."""
+    checksum = hashlib.sha256(key.encode() + b"\0" + data).hexdigest()[:32]
+    return f"{key}.{checksum}"
+
+
+def write_checked(folder: str, key: str, data: bytes) -> str | None:
+    """Store `data` under `key` in `folder`; the path written, or None where the cache cannot be written."""
+    path = os.path.join(folder, checked_name(key, data))
+    return path if cache_write(path, data) else None
+
+
+def find_checked(folder: str, key: str) -> tuple[str, bytes] | None:
+    """The path and bytes stored by write_checked(folder, key, ...), marked as used; None when there are none. Files
+    whose bytes do not match their name are deleted (`discard_damaged`). Costs one listing of `folder`: keep a few
+    hundred entries per folder at most (compile/ spreads them over 256 by the key's first two digits)."""
+    try:
+        with os.scandir(folder) as it: names = [e.name for e in it if e.name.startswith(key + ".")]
+    except OSError:  # no such folder yet, or not readable: nothing cached
+        return None
+    for name in names:
+        path = os.path.join(folder, name)
+        if (data := read_cached(path)) is None: continue  # evicted meanwhile
+        if checked_name(key, data) == name: return path, data
+        discard_damaged(path, f"its {len(data)} bytes do not match the checksum in its name")
+    return None
 
 
 CHECKS_PER_CAP = 16  # eviction scans per cap's worth of bytes written: the cache overshoots its cap by about 1/16

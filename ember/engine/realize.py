@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from ember.codegen import get_program, kernel_name
-from ember.device import Device, cache_write, read_cached
+from ember.device import Device, cache_write, discard_damaged, read_cached
 from ember.dtype import DType
 from ember.helpers import CACHELEVEL, DEBUG, SPEC, TRACK_REWRITES, ContextVar, cache_dir, colored, source_hash
 from ember.renderer import ProgramSpec, Renderer
@@ -68,7 +68,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
 
 # ---- the program cache -------------------------------------------------------------------------------------------
 
-PROGRAM_FORMAT = "ember program 1"  # bump when the entry's fields change
+PROGRAM_FORMAT = "ember program 2"  # bump when the entry's fields change
 # flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
 NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB"})
 
@@ -78,7 +78,8 @@ def cached_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
 
     Codegen of a kernel costs 10 ms to seconds of Python (rangeify most), reading its entry well under one. A spec
     read from the cache has `uops=None`. The cache is bypassed where codegen should be seen running (SPEC, rewrite
-    tracking, DEBUG>=5) and for CACHELEVEL=0; an entry that cannot be read or parsed is rebuilt."""
+    tracking, DEBUG>=5) and for CACHELEVEL=0; an entry that is damaged, or is another kernel's, is deleted with a
+    CacheWarning and rebuilt."""
     if not CACHELEVEL: return get_program(ast, renderer)
     try:
         digest = hashlib.sha256(program_key(ast, renderer).encode()).hexdigest()
@@ -86,9 +87,10 @@ def cached_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
         return get_program(ast, renderer)
     path = os.path.join(cache_dir(), "program", digest[:2], digest + ".json")
     if not (SPEC or TRACK_REWRITES or DEBUG >= 5) and (data := read_cached(path)) is not None:
-        if (spec := spec_from_json(data, ast)) is not None: return spec
+        if (spec := spec_from_json(data, ast, digest)) is not None: return spec
+        discard_damaged(path, "not a program entry for this kernel (unreadable, altered, or another kernel's)")
     spec = get_program(ast, renderer)
-    if not spec.opts: cache_write(path, spec_to_json(spec))  # chosen opts would need their own encoding
+    if not spec.opts: cache_write(path, spec_to_json(spec, digest))  # chosen opts would need their own encoding
     return spec
 
 
@@ -100,22 +102,27 @@ def program_key(ast: UOp, renderer: Renderer) -> str:
                       renderer.device, value_text(vars(renderer), {}), value_text(flags, {}), graph_text(ast)])
 
 
-def spec_to_json(spec: ProgramSpec) -> bytes:
-    """What get_runner and run_schedule read of a spec, as a cache entry; the source's hash finds a damaged one."""
+def spec_to_json(spec: ProgramSpec, key: str) -> bytes:
+    """What get_runner and run_schedule read of a spec, as the cache entry under `key`. Its checksum covers the key
+    and every field, so that a damaged entry, or another kernel's entry copied over this one, is found."""
     fields = {"name": spec.name, "src": spec.src, "device": spec.device, "buffer_count": spec.buffer_count,
-              "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes,
-              "src_sha256": hashlib.sha256(spec.src.encode()).hexdigest()}
-    return json.dumps(fields).encode()
+              "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes}
+    return json.dumps({**fields, "sha256": entry_checksum(key, fields)}).encode()
 
 
-def spec_from_json(data: bytes, ast: UOp) -> ProgramSpec | None:
-    """The spec a cache entry holds, or None for an entry that is damaged (it is then rebuilt and rewritten)."""
+def entry_checksum(key: str, fields: dict[str, object]) -> str:
+    return hashlib.sha256(f"{key}\0{json.dumps(fields, sort_keys=True)}".encode()).hexdigest()
+
+
+def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
+    """The spec the cache entry under `key` holds, or None for an entry that is damaged or another key's."""
     try:
         d = json.loads(data)
+        if entry_checksum(key, {k: v for k, v in d.items() if k != "sha256"}) != d["sha256"]: return None
         src, outputs = d["src"], tuple(d["outputs"])
         counts = (d["buffer_count"], d["flops"], d["mem_bytes"], *outputs)
         if not (isinstance(src, str) and isinstance(d["name"], str) and isinstance(d["device"], str) and
-                all(type(n) is int for n in counts) and hashlib.sha256(src.encode()).hexdigest() == d["src_sha256"]):
+                all(type(n) is int for n in counts)):
             return None
         return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
                            d["mem_bytes"])

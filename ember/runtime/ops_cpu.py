@@ -1,7 +1,9 @@
 """The CPU device: C source compiled by the system compiler into a shared object, called through ctypes.
 
 Flags: -O2 -march=native for speed; -fwrapv because ember's integers wrap (as its constant folder assumes);
--ffp-contract=off so a*b+c is never fused into an FMA that numpy would not do (it changes the last bit).
+-ffp-contract=off so a*b+c is never fused into an FMA that numpy would not do (it changes the last bit). As
+-march=native means another CPU on another machine, the compile cache's key names the CPU it resolved to
+(`native_target`), so a cache shared between machines never serves code this CPU cannot run.
 """
 
 from __future__ import annotations
@@ -10,14 +12,25 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
 from typing import Any
 
-from ember.device import Allocator, Compiled, Compiler, cache_write, read_cached, scratch_dir, touch, write_atomically
+from ember.device import (
+    Allocator,
+    Compiled,
+    Compiler,
+    cache_write,
+    discard_damaged,
+    read_cached,
+    scratch_dir,
+    write_atomically,
+)
 from ember.errors import CompileError
 from ember.helpers import CACHELEVEL, cache_dir
 from ember.renderer.cstyle import CRenderer
@@ -58,13 +71,48 @@ def takes_float16(compiler: str, language: str) -> bool:
     return probe.returncode == 0
 
 
+# in a compiler driver's -### listing, the words after these name the target (clang); gcc expands -march=native into
+# -march=<cpu> and one -m<feature> or -mno-<feature> per extension, with --param cache sizes
+TARGET_OPTIONS = ("-target-cpu", "-target-feature", "--param", "-target-abi")
+
+
+@functools.cache
+def native_target(compiler: str) -> str:
+    """What -march=native means for `compiler` on this machine, as text: the CPU and feature flags the driver
+    passes on (`compiler -march=native -###`, which runs nothing, about 5 ms), else the CPU's model and flags from
+    /proc/cpuinfo. Never kept on disk, where another machine could read it; once per process and compiler."""
+    probe = subprocess.run([compiler, "-march=native", "-###", "-x", "c", "-c", "-o", os.devnull, os.devnull],
+                           capture_output=True, text=True)
+    words: list[str] = []
+    for line in probe.stderr.splitlines():
+        try:
+            tokens = shlex.split(line)
+        except ValueError:  # an unbalanced quote in some informational line
+            continue
+        words += [t for i, t in enumerate(tokens) if t.startswith("-m") or (i and tokens[i - 1] in TARGET_OPTIONS)]
+    resolved = any(w.startswith("-march=") and w != "-march=native" for w in words) or "-target-cpu" in probe.stderr
+    if probe.returncode == 0 and resolved: return " ".join(words)
+    return f"{platform.machine()} {cpuinfo()}"
+
+
+def cpuinfo() -> str:
+    """The first CPU's model and feature lines of /proc/cpuinfo (x86 and ARM spell them differently); '' where
+    there is no such file."""
+    try:
+        with open("/proc/cpuinfo") as f: first = f.read().split("\n\n")[0]
+    except OSError:
+        return platform.processor()
+    wanted = ("model name", "flags", "features", "cpu implementer", "cpu architecture", "cpu variant", "cpu part")
+    return "\n".join(line for line in first.splitlines() if line.split(":")[0].strip().lower() in wanted)
+
+
 class CCompiler(Compiler):
     """C source -> shared object bytes."""
 
     def __init__(self) -> None:
         self.cc = find_c_compiler()
         version = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-        super().__init__(f"{version} {' '.join(C_FLAGS)}")
+        super().__init__(f"{version} {' '.join(C_FLAGS)} target: {native_target(self.cc)}")
 
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -90,13 +138,12 @@ class CPUProgram:
 
     def __init__(self, name: str, lib: bytes) -> None:
         self.name = name
-        folder = os.path.join(cache_dir(), "lib") if CACHELEVEL else scratch_dir()
-        self.path = os.path.join(folder, f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so")
+        self.path = loadable_file(f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so", lib)
         try:
-            self.lib = ctypes.CDLL(self.path)  # the file is there (as the name is a hash, with these bytes)
-            touch(self.path)
-        except OSError:  # not written yet, or evicted by another process
-            (cache_write if CACHELEVEL else write_atomically)(self.path, lib)
+            self.lib = ctypes.CDLL(self.path)
+        except OSError:  # evicted by another process between the check and the load
+            self.path = os.path.join(scratch_dir(), os.path.basename(self.path))
+            write_atomically(self.path, lib)
             self.lib = ctypes.CDLL(self.path)
         self.fn = getattr(self.lib, name)
         self.fn.restype = None
@@ -106,6 +153,20 @@ class CPUProgram:
         start = time.perf_counter() if wait else 0.0
         self.fn(*args)
         return time.perf_counter() - start if wait else None
+
+
+def loadable_file(name: str, lib: bytes) -> str:
+    """A path to a file holding exactly `lib`, for dlopen: in the cache's lib/ when it holds these bytes or can take
+    them, else in scratch_dir(). The file there is read and compared before use: its name is a hash of the bytes it
+    should hold, but a file truncated or overwritten since would load another kernel, or fail on every run."""
+    if CACHELEVEL:
+        path = os.path.join(cache_dir(), "lib", name)
+        if (found := read_cached(path)) == lib: return path
+        if found is not None: discard_damaged(path, f"it holds {len(found)} bytes other than the kernel in its name")
+        if cache_write(path, lib): return path
+    scratch = os.path.join(scratch_dir(), name)  # private to this process: what is there, it wrote
+    if not os.path.exists(scratch): write_atomically(scratch, lib)
+    return scratch
 
 
 def open_device() -> Compiled:
