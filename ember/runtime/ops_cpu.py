@@ -79,8 +79,23 @@ TARGET_OPTIONS = ("-target-cpu", "-target-feature", "--param", "-target-abi")
 @functools.cache
 def native_target(compiler: str) -> str:
     """What -march=native means for `compiler` on this machine, as text: the CPU and feature flags the driver
-    passes on (`compiler -march=native -###`, which runs nothing, about 5 ms), else the CPU's model and flags from
-    /proc/cpuinfo. Never kept on disk, where another machine could read it; once per process and compiler."""
+    passes on (`probe_native_target`), else the CPU's model and flags from /proc/cpuinfo. Once per process and
+    compiler; kept in the cache directory by the binary and the CPU's /proc/cpuinfo lines (a record another machine
+    can only read if its CPU reports the same), so a warm process runs no compiler at all."""
+    machine = cpuinfo()
+    binary = os.path.realpath(shutil.which(compiler) or compiler)
+    stat = os.stat(binary)
+    key = hashlib.sha256(f"{binary}\0{stat.st_size}\0{stat.st_mtime_ns}\0{machine}".encode()).hexdigest()[:16]
+    record = os.path.join(cache_dir(), "compilers", f"target-{key}")
+    if CACHELEVEL and machine and (known := read_cached(record)) is not None: return known.decode(errors="replace")
+    target = probe_native_target(compiler) or f"{platform.machine()} {machine or platform.processor()}"
+    if CACHELEVEL and machine: cache_write(record, target.encode())
+    return target
+
+
+def probe_native_target(compiler: str) -> str:
+    """The target words `compiler -march=native -###` passes on (it runs nothing, about 5 ms); '' where it does not
+    resolve -march=native (an unknown CPU, a compiler without the flag)."""
     probe = subprocess.run([compiler, "-march=native", "-###", "-x", "c", "-c", "-o", os.devnull, os.devnull],
                            capture_output=True, text=True)
     words: list[str] = []
@@ -91,8 +106,7 @@ def native_target(compiler: str) -> str:
             continue
         words += [t for i, t in enumerate(tokens) if t.startswith("-m") or (i and tokens[i - 1] in TARGET_OPTIONS)]
     resolved = any(w.startswith("-march=") and w != "-march=native" for w in words) or "-target-cpu" in probe.stderr
-    if probe.returncode == 0 and resolved: return " ".join(words)
-    return f"{platform.machine()} {cpuinfo()}"
+    return " ".join(words) if probe.returncode == 0 and resolved else ""
 
 
 def cpuinfo() -> str:
@@ -101,7 +115,7 @@ def cpuinfo() -> str:
     try:
         with open("/proc/cpuinfo") as f: first = f.read().split("\n\n")[0]
     except OSError:
-        return platform.processor()
+        return ""
     wanted = ("model name", "flags", "features", "cpu implementer", "cpu architecture", "cpu variant", "cpu part")
     return "\n".join(line for line in first.splitlines() if line.split(":")[0].strip().lower() in wanted)
 

@@ -165,7 +165,18 @@ def test_cache_key_names_the_cpu_that_native_means(cache: Path):
     target = ops_cpu.native_target(compiler.cc)
     assert target and target in compiler.cache_key
     assert "-march=native" not in target.split()
-    assert ops_cpu.native_target.__wrapped__(compiler.cc) == target, "the same in every process, or nothing hits"
+    assert ops_cpu.probe_native_target(compiler.cc) == ops_cpu.probe_native_target(compiler.cc), \
+        "the same in every process, or nothing hits"
+
+
+def test_resolved_target_is_kept_for_this_cpu_only(cache: Path, monkeypatch: pytest.MonkeyPatch):
+    cc = Device["CPU"].compiler.cc
+    target = ops_cpu.native_target.__wrapped__(cc)  # probes, and keeps the answer in the cache
+    monkeypatch.setattr(ops_cpu, "probe_native_target", lambda compiler: pytest.fail("probed again on this CPU"))
+    assert ops_cpu.native_target.__wrapped__(cc) == target
+    monkeypatch.setattr(ops_cpu, "cpuinfo", lambda: "model name : another CPU")
+    monkeypatch.setattr(ops_cpu, "probe_native_target", lambda compiler: "-march=another")
+    assert ops_cpu.native_target.__wrapped__(cc) == "-march=another"
 
 
 def test_cache_written_on_another_cpu_is_not_used(cache: Path, monkeypatch: pytest.MonkeyPatch):
