@@ -151,6 +151,11 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
             by_ast[item.ast] = kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
             kernels.append({"name": kname, "source": get_program(item.ast, renderer, kname).src.rstrip()})
         body.append(f"{by_ast[item.ast]}({', '.join(ref[id(b)] for b in item.bufs)});")
+    # Two outputs that are one value (`lambda x: (x, x)`) are one buffer of the plan, which the kernels write through
+    # the first output's pointer: every later one gets a copy, or the caller would read whatever its memory held.
+    for b, m in zip(plan.outputs, outputs, strict=True):
+        if (first := ref[id(b)]) != m.name:
+            body.append(f"std::memcpy({m.name}, {first}, sizeof({m.ctype}) * {math.prod(m.dims)});")
     used = {id(b) for item in plan.items for b in item.bufs}
     body = [f"(void){m.name};" for b, m in zip(plan.inputs, inputs, strict=True) if id(b) not in used] + body
     if not (plan.constants or plan.intermediates): body.append("(void)ws;")
