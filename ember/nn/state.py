@@ -2,9 +2,8 @@
 
 A model is any object whose attributes, lists, tuples and dicts hold Tensors (see ember.nn). `get_state_dict`
 names each tensor by its path, as torch's state_dict does ("layers.0.weight"), so torch-trained weights load by
-name. Files are safetensors (https://github.com/huggingface/safetensors): an 8-byte little-endian header length,
-a JSON header giving each tensor's dtype, shape and byte range, then the raw little-endian data. No pickle: loading
-a file runs no code from it, and no package beyond numpy is needed.
+name. Files are safetensors, read and written by ember.nn.safetensors (safe_load, safe_save, safe_load_metadata are
+re-exported here, where users look for them beside the state dict). No pickle: loading a file runs no code from it.
 
 >>> from ember.nn import Linear
 >>> sorted(get_state_dict([Linear(2, 3)]))
@@ -13,25 +12,15 @@ a file runs no code from it, and no package beyond numpy is needed.
 
 from __future__ import annotations
 
-import json
-import os
 import types
 from typing import Any
 
 import numpy as np
 
-from ember.dtype import DType, dtypes, to_numpy
 from ember.errors import EmberError, ShapeError
+from ember.nn.safetensors import SafetensorsError, safe_load, safe_load_metadata, safe_save
 from ember.tensor import Tensor
 
-# safetensors' dtype names, in the order of its Rust `Dtype` enum (by alignment), which orders the tensors in a file
-SAFETENSORS_DTYPES: dict[DType, str] = {
-    dtypes.bool: "BOOL", dtypes.uint8: "U8", dtypes.int8: "I8", dtypes.int16: "I16", dtypes.uint16: "U16",
-    dtypes.float16: "F16", dtypes.bfloat16: "BF16", dtypes.int32: "I32", dtypes.uint32: "U32",
-    dtypes.float32: "F32", dtypes.float64: "F64", dtypes.int64: "I64", dtypes.uint64: "U64",
-}
-DTYPES_BY_NAME = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
-ALIGNMENT_RANK = {dtype: rank for rank, dtype in enumerate(SAFETENSORS_DTYPES)}
 # Objects that hold attributes but are not part of a model: walking a module or a class would reach everything.
 NOT_MODELS = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
@@ -100,84 +89,5 @@ def _as_tensor(value: Any) -> Tensor:
     return value if isinstance(value, Tensor) else Tensor(np.asarray(value))
 
 
-def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike[str],
-              metadata: dict[str, str] | None = None) -> None:
-    """Write the tensors to a safetensors file, laid out as the safetensors library lays them out.
-
-    Tensors are ordered by dtype alignment (widest first) then name, so each one's data is aligned in the file;
-    the JSON header is compact and padded with spaces to a multiple of 8 bytes."""
-    for name, t in state_dict.items():
-        if t.dtype not in SAFETENSORS_DTYPES:
-            raise EmberError(f"safe_save: '{name}' has dtype {t.dtype.name}, which safetensors cannot store")
-    order = sorted(state_dict, key=lambda name: (-ALIGNMENT_RANK[state_dict[name].dtype], name))
-    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
-    chunks, offset = [], 0
-    for name in order:
-        data = _little_endian_bytes(state_dict[name])
-        header[name] = {"dtype": SAFETENSORS_DTYPES[state_dict[name].dtype], "shape": list(state_dict[name].shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little"))
-        f.write(text)
-        for data in chunks: f.write(data)
-
-
-def _little_endian_bytes(t: Tensor) -> bytes:
-    values = t.numpy()
-    if t.dtype is dtypes.bfloat16:  # numpy() widened it to float32 exactly: the top 16 bits are the bfloat16
-        values = (values.view(np.uint32) >> 16).astype(np.uint16)
-    return values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
-
-
-def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
-    """The tensors of a safetensors file, by name, each in its own buffer (in file order)."""
-    with open(path, "rb") as f: blob = f.read()
-    header, data = _read_header(blob, str(path))
-    out: dict[str, Tensor] = {}
-    for name, info in header.items():
-        if name == "__metadata__": continue
-        if info["dtype"] not in DTYPES_BY_NAME:
-            raise EmberError(f"safe_load: '{name}' in {path} has dtype {info['dtype']}, which ember does not have; "
-                             f"ember reads {sorted(DTYPES_BY_NAME)}")
-        dtype, (start, end) = DTYPES_BY_NAME[info["dtype"]], info["data_offsets"]
-        shape = tuple(info["shape"])
-        if not 0 <= start <= end <= len(data) or end - start != int(np.prod(shape)) * dtype.itemsize:
-            raise EmberError(f"safe_load: '{name}' in {path}: byte range [{start}, {end}) does not hold "
-                             f"{info['dtype']} {list(shape)} within the {len(data)} data bytes")
-        values = np.frombuffer(data[start:end], dtype=to_numpy(dtype).newbyteorder("<")).reshape(shape)
-        out[name] = _tensor_of(values, dtype, device)
-    return out
-
-
-def _tensor_of(values: np.ndarray, dtype: DType, device: str | None) -> Tensor:
-    if dtype is dtypes.bfloat16:  # the stored uint16 bits are the top half of the float32 of the same value
-        values = (values.astype(np.uint32) << 16).view(np.float32)
-    return Tensor(values.astype(values.dtype.newbyteorder("=")), device=device, dtype=dtype)
-
-
-def safe_load_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The free-form `__metadata__` strings of a safetensors file ({} when it has none)."""
-    with open(path, "rb") as f: blob = f.read()
-    return _read_header(blob, str(path))[0].get("__metadata__", {})
-
-
-def _read_header(blob: bytes, path: str) -> tuple[dict[str, Any], bytes]:
-    """The parsed JSON header and the data bytes after it."""
-    if len(blob) < 8: raise EmberError(f"safe_load: {path} is {len(blob)} bytes, too short for a safetensors file")
-    size = int.from_bytes(blob[:8], "little")
-    if 8 + size > len(blob):
-        raise EmberError(f"safe_load: {path} declares a {size}-byte header but has {len(blob) - 8} bytes after the "
-                         "length; it is not a safetensors file or it is truncated")
-    try:
-        header = json.loads(blob[8:8 + size].decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EmberError(f"safe_load: the header of {path} is not JSON: {e}") from None
-    return header, blob[8 + size:]
-
-
 __all__ = ["get_state_dict", "get_parameters", "load_state_dict", "safe_save", "safe_load", "safe_load_metadata",
-           "StateDictError"]
+           "StateDictError", "SafetensorsError"]
