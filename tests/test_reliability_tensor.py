@@ -9,6 +9,7 @@ Item 13: numpy scalars as operands, log_softmax with +inf, and other corner case
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,3 +104,94 @@ def test_setitem_on_leaf_that_requires_grad_raises() -> None:
     x = Tensor([1.0, 2.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="setitem: a leaf tensor that requires grad"): x[0] = 3.0
     with pytest.raises(RuntimeError): torch.tensor([1.0, 2.0], requires_grad=True)[0] = 3.0
+
+
+# ---- item 7: indices out of range --------------------------------------------------------------------------------
+
+def _raises_like_torch(ours: Callable[[], Any], theirs: Callable[[], Any], match: str) -> None:
+    """torch raises (IndexError or RuntimeError); ember raises IndexError with a message matching `match`."""
+    with pytest.raises((IndexError, RuntimeError)): theirs()
+    with pytest.raises(IndexError, match=match): ours()
+
+
+X34 = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+OUT_OF_RANGE = [
+    pytest.param(lambda: _embedding_ember([[4, -1]]), lambda: _embedding_torch([[4, -1]]),
+                 "Embedding: index 4 is out of bounds with size 4", id="embedding-too-large"),
+    pytest.param(lambda: _embedding_ember([[-1]]), lambda: _embedding_torch([[-1]]),
+                 "Embedding: index -1 is out of bounds with size 4", id="embedding-negative"),
+    pytest.param(lambda: Tensor([0, -1]).one_hot(3), lambda: torch.nn.functional.one_hot(torch.tensor([0, -1]), 3),
+                 "one_hot: index -1 is out of bounds with size 3", id="one-hot-negative"),
+    pytest.param(lambda: Tensor([3, 0]).one_hot(3), lambda: torch.nn.functional.one_hot(torch.tensor([3, 0]), 3),
+                 "one_hot: index 3 is out of bounds with size 3", id="one-hot-too-large"),
+    pytest.param(lambda: Tensor([0, -2]).one_hot(), lambda: torch.nn.functional.one_hot(torch.tensor([0, -2])),
+                 "one_hot: class -2 is negative", id="one-hot-inferred-classes-negative"),
+    pytest.param(lambda: Tensor(X34).gather(1, Tensor([[0], [-1], [1]])),
+                 lambda: torch.from_numpy(X34).gather(1, torch.tensor([[0], [-1], [1]])),
+                 "gather: index -1 is out of bounds for axis 1 with size 4", id="gather-negative"),
+    pytest.param(lambda: Tensor(X34).scatter(0, Tensor([[-1, 0, 0, 0]]), 1.0),
+                 lambda: torch.from_numpy(X34).scatter(0, torch.tensor([[-1, 0, 0, 0]]), 1.0),
+                 "scatter: index -1 is out of bounds for axis 0 with size 3", id="scatter-negative"),
+    pytest.param(lambda: Tensor(X34).index_select(1, Tensor([0, -1])),
+                 lambda: torch.from_numpy(X34).index_select(1, torch.tensor([0, -1])),
+                 "index_select: index -1 is out of bounds for axis 1 with size 4", id="index-select-negative"),
+    pytest.param(lambda: Tensor(X34).index_select(0, Tensor([3])),
+                 lambda: torch.from_numpy(X34).index_select(0, torch.tensor([3])),
+                 "index_select: index 3 is out of bounds for axis 0 with size 3", id="index-select-too-large"),
+    pytest.param(lambda: Tensor(X34)[Tensor([-4])], lambda: torch.from_numpy(X34)[torch.tensor([-4])],
+                 "index: index -4 is out of bounds for axis 0 with size 3", id="index-tensor-below-wrap"),
+]
+
+
+def _embedding_ember(idx: list) -> Tensor:
+    from ember.nn import Embedding
+    return Embedding(4, 2)(Tensor(idx))
+
+
+def _embedding_torch(idx: list) -> torch.Tensor:
+    return torch.nn.Embedding(4, 2)(torch.tensor(idx))
+
+
+@pytest.mark.parametrize(("ours", "theirs", "match"), OUT_OF_RANGE)
+def test_known_out_of_range_index_raises_like_torch(ours: Callable[[], Any], theirs: Callable[[], Any],
+                                                    match: str) -> None:
+    _raises_like_torch(ours, theirs, match)
+
+
+def test_negative_index_tensor_wraps_like_torch() -> None:
+    """Plain tensor indexing takes [-n, n), as torch does; only the ops above reject negative indices."""
+    got = Tensor(X34)[Tensor([-1, 0])].numpy()
+    np.testing.assert_array_equal(got, torch.from_numpy(X34)[torch.tensor([-1, 0])].numpy())
+
+
+LAZY_OUT_OF_RANGE = [
+    pytest.param(lambda i: _embedding_ember_lazy(i + 3), "Embedding: index 4", id="embedding"),
+    pytest.param(lambda i: (i + 2).one_hot(3), "one_hot: index 3", id="one-hot"),
+    pytest.param(lambda i: Tensor(X34).gather(1, (i + 3).reshape(2, 1)), "gather: index 4", id="gather"),
+    pytest.param(lambda i: Tensor(X34)[i - 5], "index: index -5", id="index-tensor"),
+    pytest.param(lambda i: Tensor(X34).index_select(1, i - 2), "index_select: index -2", id="index-select"),
+    pytest.param(lambda i: Tensor(X34[:2]).cross_entropy(i + 3), "cross_entropy: target 4", id="cross-entropy"),
+]
+
+
+def _embedding_ember_lazy(idx: Tensor) -> Tensor:
+    from ember.nn import Embedding
+    return Embedding(4, 2)(idx)
+
+
+@pytest.mark.parametrize(("op", "match"), LAZY_OUT_OF_RANGE)
+def test_lazy_out_of_range_index_raises_under_check_indices(op: Callable[[Tensor], Tensor], match: str) -> None:
+    """A computed index is realized and checked under CHECK_INDICES; without it no kernel runs for the check."""
+    from ember.helpers import Context
+    with Context(CHECK_INDICES=1), pytest.raises(IndexError, match=match): op(Tensor([0, 1]) + 0).realize()
+    op(Tensor([0, 1]) + 0)  # unchecked: builds the graph without raising (an index outside its range reads 0)
+
+
+def test_lazy_index_in_range_is_correct_under_check_indices() -> None:
+    from ember.helpers import Context
+    with Context(CHECK_INDICES=1):
+        idx = (Tensor([2, 0]) + 1).reshape(2, 1)
+        got = Tensor(X34).gather(1, idx).numpy()
+        assert idx.values_known()  # realized in place for the check: the gather reads its buffer
+    np.testing.assert_array_equal(got, torch.from_numpy(X34).gather(1, torch.tensor([[3], [1]])).numpy())

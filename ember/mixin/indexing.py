@@ -6,6 +6,15 @@ with every position of the indexed axes and keeps the one that matches, a reduct
 that autograd differentiates like any other op. It costs (elements out) x (size of the indexed axes) compares, fine
 for the embedding tables and label lookups it is used for. A boolean mask gives a shape that depends on its values,
 so it is realized first, as in torch and numpy.
+
+Indices out of range. Each op accepts the indices torch accepts: `x[idx]` (and index_put through `x[idx] = v`)
+wraps a negative index once, so [-n, n) is valid; gather, scatter, index_select, one_hot, Embedding and the loss
+targets take [0, n) only. An index outside its range raises IndexError naming the op, the index and the size, when
+its values are known on the host: a realized tensor (from a list, a numpy array, or realized before) is read back
+and checked for its min and max, with no kernel run. An index computed lazily is not known until the graph runs; it
+is not realized just to be checked, and on the device an index outside its range reads 0 (a write there is
+dropped). Set CHECK_INDICES=1 (the environment, or `with Context(CHECK_INDICES=1):`) to realize lazy index tensors
+first and check them as well, at the cost of a kernel launch and a device-to-host copy per index tensor.
 """
 
 from __future__ import annotations
@@ -17,10 +26,12 @@ import numpy as np
 
 from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError
-from ember.helpers import prod, strides_for_shape
+from ember.helpers import ContextVar, prod, strides_for_shape
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
+
+CHECK_INDICES = ContextVar("CHECK_INDICES", 0)  # realize lazily computed index tensors to check their range
 
 
 @dataclass
@@ -46,12 +57,31 @@ def _as_index_tensor(item: Any, like: Tensor) -> Tensor | None:
     return None
 
 
-def _check_in_range(idx: Tensor, size: int, axis: int) -> None:
-    """Raise IndexError for an index outside [-size, size) when its values are known without running a kernel."""
-    if not idx.values_known() or idx.numel() == 0: return
-    values = idx.numpy()
-    bad = values[(values < -size) | (values >= size)]
-    if bad.size: raise IndexError(f"index: {bad.flat[0]} is out of bounds for axis {axis} with size {size}")
+def index_values(idx: Tensor) -> np.ndarray | None:
+    """The values of an index tensor when they can be checked on the host (see the module docstring), else None.
+
+    Known values are read back as they are; under CHECK_INDICES a lazy index is realized first (in place, so the
+    graph that uses it reads the realized buffer and computes it once). A traced input has no values yet."""
+    if idx.numel() == 0 or idx._traced(): return None
+    if not idx.values_known():
+        if not CHECK_INDICES: return None
+        idx.realize()
+    return idx.numpy()
+
+
+def check_index_range(op: str, idx: Tensor, size: int, axis: int | None = None, wraps: bool = False) -> None:
+    """Raise IndexError for an index outside [0, size) ([-size, size) when the op wraps negative indices), when
+    the index's values are known. Only the min and max are compared, so the check costs two passes over the host
+    copy."""
+    values = index_values(idx)
+    if values is None: return
+    low, high = values.min(), values.max()
+    if low >= (-size if wraps else 0) and high < size: return
+    bad = high if high >= size else low
+    where = f"for axis {axis} " if axis is not None else ""
+    valid = f"{-size}..{size - 1}" if wraps else f"0..{size - 1}"
+    raise IndexError(f"{op}: index {bad} is out of bounds {where}with size {size}; valid indices are {valid}"
+                     if size else f"{op}: index {bad} is out of bounds {where}with size 0; no index is valid")
 
 
 def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
@@ -102,7 +132,7 @@ def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
         if isinstance(it, Tensor):
             if not it.dtype.is_int: raise IndexError(f"index: tensors used as indices must be int or bool, not "
                                                      f"{it.dtype.name}")
-            _check_in_range(it, size, axis)
+            check_index_range("index", it, size, axis, wraps=True)
             box.append((0, size)); flips.append(False); steps.append(1)
             tensor_axes.append(len(shape)); tensors.append(it); kinds.append("tensor")
             shape.append(size)
@@ -231,9 +261,9 @@ class IndexingMixin:
         if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         d = self._axis(dim, "gather")
         _check_same_rank("gather", self, index, d)
-        _check_in_range(index, self.shape[d], d)
+        check_index_range("gather", index, self.shape[d], d)
         n, strides = self.shape[d], strides_for_shape(self.shape)
-        along = (index < 0).where(index + n, index).cast(dtypes.int64 if self.numel() > 2**31 - 1 else dtypes.int32)
+        along = index.cast(dtypes.int64 if self.numel() > 2**31 - 1 else dtypes.int32)  # torch: no negative index
         flat = along * strides[d]
         for a, size in enumerate(index.shape):
             if a != d and size > 1:
@@ -280,7 +310,25 @@ class IndexingMixin:
         if self.ndim == 0: return self.reshape(1).index_select(0, index).reshape(())
         d = self._axis(dim, "index_select")
         if index.ndim > 1: raise ShapeError(f"index_select: index must be 1-d, got shape {index.shape}")
+        check_index_range("index_select", index, self.shape[d], d)  # torch: no negative index
+        index = (index < 0).where(-(self.shape[d] + 1), index) if not index.values_known() else index  # reads 0
         return self[(slice(None),) * d + (index.reshape(-1),)]
+
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        """An int64 tensor with a new last axis of `num_classes`, 1 at each value's index (torch's one_hot).
+
+        A class outside [0, num_classes) raises IndexError when the values are known (see the module docstring);
+        a lazy one gives a row of zeros. num_classes=-1 means max + 1, which reads the values (realizes self).
+        This overrides CreationMixin.one_hot, which has no range check."""
+        from ember.tensor import Tensor
+        if not self.dtype.is_int: raise ShapeError(f"one_hot: needs an integer tensor, got {self.dtype.name}")
+        if num_classes < 0:
+            values = self.numpy()
+            if values.size and values.min() < 0:
+                raise IndexError(f"one_hot: class {values.min()} is negative; classes must be >= 0")
+            num_classes = int(values.max()) + 1 if values.size else 0
+        else: check_index_range("one_hot", self, num_classes)
+        return self.unsqueeze(-1).eq(Tensor.arange(num_classes, device=self.device)).cast(dtypes.int64)
 
     def nonzero(self: Tensor) -> Tensor:
         """The indices of the nonzero elements, one row each (realizes self: the count depends on the values)."""
@@ -344,14 +392,14 @@ def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce:
         return _scatter(self.reshape(1), 0, index.reshape(1), src1, reduce, include_self).reshape(())
     d = self._axis(dim, "scatter")
     _check_same_rank("scatter", self, index, d)
-    _check_in_range(index, self.shape[d], d)
+    check_index_range("scatter", index, self.shape[d], d)
     if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
     if src.ndim != index.ndim or any(i > s for i, s in zip(index.shape, src.shape, strict=True)):
         raise ShapeError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
     src = src.shrink([(0, s) for s in index.shape]).cast(self.dtype)
     n = self.shape[d]
-    idx = (index < 0).where(index + n, index)
-    hit = idx.unsqueeze(-1).eq(_arange_like(n, idx))  # index.shape + (n,): write p lands on position m
+    # index.shape + (n,): write p lands on position m; a negative index (torch takes none) lands nowhere
+    hit = index.unsqueeze(-1).eq(_arange_like(n, index))
     count = hit.sum(d)
     if reduce == "replace" and index.numel():  # keep only the last write to each position
         order = Tensor.arange(1, index.shape[d] + 1, device=self.device).reshape(

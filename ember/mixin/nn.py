@@ -18,6 +18,7 @@ import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import prod
+from ember.mixin.indexing import index_values
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -245,8 +246,7 @@ class NNMixin:
             raise ValueError(f"max_unpool: output_size {output_size} is not within stride {st} of the default "
                              f"{default} on each of the last {n} axes")
         positions = prod(size)
-        if indices.values_known() and indices.numel():
-            values = indices.numpy()
+        if (values := index_values(indices)) is not None:
             if values.min() < 0 or values.max() >= positions:
                 raise IndexError(f"max_unpool: index {values.max() if values.max() >= positions else values.min()} "
                                  f"is outside the output's {positions} positions {size}")
@@ -492,9 +492,8 @@ def _class_positions(classes: int, axis: int, ndim: int, device: str) -> Tensor:
 
 def _check_targets(target: Tensor, classes: int, ignore_index: int, op: str) -> None:
     """Raise IndexError (as torch) for a class index outside [0, classes) other than ignore_index, when the
-    target's values are known without running a kernel (a lazy target is not realized for the check)."""
-    if not target.values_known() or target.numel() == 0: return
-    values = target.numpy()
+    target's values are known (a lazy target is realized for the check only under CHECK_INDICES)."""
+    if (values := index_values(target)) is None: return
     bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
     if bad.size:
         raise IndexError(f"{op}: target {bad.flat[0]} is out of bounds for {classes} classes; targets must be in "

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from ember.errors import ShapeError
+from ember.mixin.indexing import check_index_range
 from ember.nn.module import Module
 from ember.tensor import Tensor
 
@@ -128,6 +129,7 @@ class Embedding(Module):
 
     def __call__(self, idx: Tensor) -> Tensor:
         if not idx.dtype.is_int: raise ShapeError(f"Embedding: indices must be integers, got {idx.dtype.name}")
+        check_index_range("Embedding", idx, self.vocab_size)  # torch takes no negative index here
         return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
 
 
