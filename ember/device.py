@@ -209,8 +209,8 @@ def cache_write(path: str, data: bytes) -> bool:
 
 def discard_damaged(path: str, why: str) -> None:
     """Delete a cache entry found damaged, with a CacheWarning; its caller builds it again."""
-    _unlink(path)
-    warnings.warn(f"cache: damaged entry {path}: {why}; deleted, building it again", CacheWarning, stacklevel=3)
+    done = "deleted" if _unlink(path) else "cannot delete it"  # a read-only cache keeps it; each process rebuilds
+    warnings.warn(f"cache: damaged entry {path}: {why}; {done}, building it again", CacheWarning, stacklevel=3)
 
 
 def checked_name(key: str, data: bytes) -> str:
