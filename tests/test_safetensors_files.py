@@ -236,6 +236,7 @@ MALFORMED = [
     pytest.param({"x": entry("F8_E4M3", [8])}, bytes(8), "has dtype 'F8_E4M3', which ember does not read", "x",
                  id="unknown dtype"),
     pytest.param({"x": entry(5)}, bytes(8), "has dtype 5, which ember does not read", "x", id="dtype not a string"),
+    pytest.param({"x": entry(["F32"])}, bytes(8), r'has dtype \["F32"\], which', "x", id="dtype a list"),
     pytest.param({"x": entry(shape=[-2])}, bytes(8), r"has shape \[-2\]; a shape is a list of non-negative", "x",
                  id="negative dim"),
     pytest.param({"x": entry(shape=[2.0])}, bytes(8), r"has shape \[2.0\]", "x", id="float dim"),

@@ -238,14 +238,15 @@ def _check_entries(header: dict[str, Any], data_bytes: int, file: str) -> dict[s
 
 
 def _check_entry(name: str, info: Any, data_bytes: int, file: str) -> _Entry:
-    def fail(what: str) -> SafetensorsError: return SafetensorsError(f"safe_load: tensor '{name}' in {file} {what}",
-                                                                      file, name)
-    if not isinstance(info, dict): raise fail(f"is {_short(info)}, not an object; entries are objects with "
-                                              "dtype, shape and data_offsets")
+    def fail(what: str) -> SafetensorsError:
+        return SafetensorsError(f"safe_load: tensor '{name}' in {file} {what}", file, name)
+
+    if not isinstance(info, dict):
+        raise fail(f"is {_short(info)}, not an object; entries are objects with dtype, shape and data_offsets")
     for key in TENSOR_KEYS:
         if key not in info: raise fail(f"has no {key}; entries are objects with dtype, shape and data_offsets")
     dtype_name, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-    if dtype_name not in DTYPES_BY_NAME:
+    if not isinstance(dtype_name, str) or dtype_name not in DTYPES_BY_NAME:  # a list would not even hash
         raise fail(f"has dtype {_short(dtype_name)}, which ember does not read; ember reads "
                    f"{', '.join(DTYPES_BY_NAME)}")
     if not _is_naturals(shape):
