@@ -195,3 +195,108 @@ def test_lazy_index_in_range_is_correct_under_check_indices() -> None:
         got = Tensor(X34).gather(1, idx).numpy()
         assert idx.values_known()  # realized in place for the check: the gather reads its buffer
     np.testing.assert_array_equal(got, torch.from_numpy(X34).gather(1, torch.tensor([[3], [1]])).numpy())
+
+
+# ---- item 12: clear errors, and empty results over size-0 axes ---------------------------------------------------
+
+ERRORS = [
+    pytest.param(lambda: Tensor([[1.0]]).sum(axis=1.0), lambda: torch.tensor([[1.0]]).sum(dim=1.0), TypeError,
+                 r"sum: axis must be an int or a sequence of ints, got 1\.0", id="sum-float-axis"),
+    pytest.param(lambda: Tensor(2.0).cat(Tensor(3.0)), lambda: torch.cat([torch.tensor(2.0), torch.tensor(3.0)]),
+                 RuntimeError, "cat: the 0-d tensor at position 0 cannot be concatenated", id="cat-0d"),
+    pytest.param(lambda: Tensor([1.0]).cat(Tensor(3.0)), lambda: torch.cat([torch.tensor([1.0]), torch.tensor(3.0)]),
+                 RuntimeError, "cat: the 0-d tensor at position 1", id="cat-0d-second"),
+    pytest.param(lambda: Tensor(2.0).transpose(0, 1), lambda: torch.tensor(2.0).transpose(0, 1), IndexError,
+                 "transpose: axis 1 is out of range for a 0-d tensor", id="transpose-0d-out-of-range"),
+    pytest.param(lambda: Tensor(2.0).split(1), lambda: torch.tensor(2.0).split(1), RuntimeError,
+                 "split: a 0-d tensor has no axis 0", id="split-0d"),
+    pytest.param(lambda: Tensor(2.0).chunk(1), lambda: torch.tensor(2.0).chunk(1), RuntimeError,
+                 "chunk: a 0-d tensor has no axis 0", id="chunk-0d"),
+    pytest.param(lambda: Tensor(2.0).roll(1, 0), lambda: torch.tensor(2.0).roll(1, 0), IndexError,
+                 "roll: a 0-d tensor has no axis 0", id="roll-0d"),
+    pytest.param(lambda: Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(2, 1, 1, 1), Tensor.ones(3)),
+                 lambda: torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3), torch.ones(2, 1, 1, 1), torch.ones(3)),
+                 RuntimeError, r"conv: bias has shape \(3,\), expected \(2,\)", id="conv2d-bias"),
+    pytest.param(lambda: Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(2, 1, 1, 1), stride=0),
+                 lambda: torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3), torch.ones(2, 1, 1, 1), stride=0),
+                 RuntimeError, "conv: stride must be positive", id="conv2d-stride-0"),
+    pytest.param(lambda: Tensor.ones(1, 1, 3, 3).avg_pool2d(0),
+                 lambda: torch.nn.functional.avg_pool2d(torch.ones(1, 1, 3, 3), 0), RuntimeError,
+                 "avg_pool: kernel_size must be positive", id="avg-pool-0"),
+]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "error", "match"), ERRORS)
+def test_misuse_raises_a_clear_error_like_torch(ours: Callable[[], Any], theirs: Callable[[], Any],
+                                                error: type[Exception], match: str) -> None:
+    """torch raises `error`; so does ember (its errors derive from the builtin torch raises), naming the op."""
+    with pytest.raises(error): theirs()
+    with pytest.raises(error, match=match): ours()
+
+
+def test_transpose_of_a_0d_tensor_is_itself_like_torch() -> None:
+    for dims in [(0, 0), (0, -1), (-1, -1)]:
+        assert Tensor(2.0).transpose(*dims).item() == torch.tensor(2.0).transpose(*dims).item() == 2.0
+
+
+def _compare(ours: Tensor, theirs: torch.Tensor) -> None:
+    assert ours.shape == tuple(theirs.shape)
+    assert ours.dtype.name == str(theirs.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+EMPTY_SHAPES = [(2, 0), (0, 3), (0,), (2, 0, 3)]
+EMPTY_OPS = [
+    pytest.param(lambda t: t.softmax(-1), id="softmax"),
+    pytest.param(lambda t: t.softmax(0), id="softmax-0"),
+    pytest.param(lambda t: t.log_softmax(-1), id="log_softmax"),
+    pytest.param(lambda t: t.log_softmax(0), id="log_softmax-0"),
+    pytest.param(lambda t: t.logsumexp(-1), id="logsumexp"),
+    pytest.param(lambda t: t.logsumexp(0), id="logsumexp-0"),
+    pytest.param(lambda t: t.logsumexp(0, keepdim=True), id="logsumexp-keepdim"),
+    pytest.param(lambda t: t.cummax(-1)[0], id="cummax"),
+    pytest.param(lambda t: t.cummax(-1)[1], id="cummax-indices"),
+]
+
+
+@pytest.mark.parametrize("shape", EMPTY_SHAPES, ids=str)
+@pytest.mark.parametrize("op", EMPTY_OPS)
+def test_softmax_family_over_an_empty_axis_matches_torch(op: Callable[[Any], Any], shape: tuple[int, ...]) -> None:
+    """Empty results (logsumexp: -inf, the log of an empty sum) instead of 'cannot reduce axis of size 0'."""
+    _compare(op(Tensor(np.ones(shape, np.float32))), op(torch.ones(shape)))
+
+
+def test_logsumexp_over_an_empty_axis_has_a_zero_gradient_like_torch() -> None:
+    x, tx = Tensor(np.ones((2, 0), np.float32), requires_grad=True), torch.ones(2, 0, requires_grad=True)
+    x.logsumexp(1).sum().backward()
+    tx.logsumexp(1).sum().backward()
+    assert x.grad is not None
+    _compare(x.grad, tx.grad)
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(0, 0), (0, 3), (2, 0)])
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])
+def test_attention_with_an_empty_sequence_matches_torch(lq: int, lk: int, mask: str) -> None:
+    """No queries: an empty result; no keys: zeros (torch's softmax over nothing is empty, its matmul is 0)."""
+    q, k, v = np.ones((2, lq, 4), np.float32), np.ones((2, lk, 4), np.float32), np.ones((2, lk, 3), np.float32)
+    masks = {"none": None, "causal": None, "bool": np.ones((lq, lk), bool), "float": np.zeros((lq, lk), np.float32)}
+    m = masks[mask]
+    got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), None if m is None else Tensor(m),
+                                                 is_causal=mask == "causal")
+    want = torch.nn.functional.scaled_dot_product_attention(
+        torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), None if m is None else torch.from_numpy(m),
+        is_causal=mask == "causal")
+    _compare(got, want)
+
+
+# ---- item 13: corner cases decided as torch decides them ---------------------------------------------------------
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize("row", [[1.0, INF, 2.0], [-INF, -INF], [INF, INF], [1.0, -INF, 3.0], [INF, -INF, 0.0]],
+                         ids=str)
+def test_log_softmax_with_infinities_matches_torch(row: list[float]) -> None:
+    """A row whose max is +inf or -inf is all NaN in torch ((x - max) is NaN there), not -inf beside a NaN."""
+    _compare(Tensor(row).log_softmax(0), torch.tensor(row).log_softmax(0))
+    _compare(Tensor([row, [1.0] * len(row)]).log_softmax(1), torch.tensor([row, [1.0] * len(row)]).log_softmax(1))

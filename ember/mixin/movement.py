@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.dtype import least_upper_dtype
-from ember.errors import ShapeError
+from ember.errors import AxisError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp
 
@@ -59,6 +59,13 @@ def reduce_axes(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
     """Accept `f(2, 3)` and `f((2, 3))`."""
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+
+
+def _real_axis(x: Tensor, dim: int, op: str) -> int:
+    """x._axis for ops that cut or shift along an axis: a 0-d tensor has none (torch's other ops take dim 0 or -1
+    on it as a stand-in axis of size 1)."""
+    if x.ndim == 0: raise AxisError(f"{op}: a 0-d tensor has no axis {dim} to {op} along; reshape it to 1-d first")
+    return x._axis(dim, op)
 
 
 def _tensor_list(op: str, first: Any, others: tuple[Any, ...], dim: int) -> tuple[list[Tensor], int]:
@@ -247,6 +254,7 @@ class MovementMixin:
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
         order = list(range(self.ndim))
         a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
+        if self.ndim == 0: return self  # dims 0 and -1 name the one "axis" of a scalar, as in torch
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
@@ -434,6 +442,9 @@ class MovementMixin:
         from ember.tensor import Tensor
         tensors, dim = _tensor_list("cat", self, others, dim)
         first = tensors[0]
+        for i, t in enumerate(tensors):
+            if t.ndim == 0: raise ShapeError(f"cat: the 0-d tensor at position {i} cannot be concatenated: it has no "
+                                             "axis; reshape it to 1-d first (t.reshape(1)), or use stack")
         d = first._axis(dim, "cat")
         for t in tensors[1:]:
             if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
@@ -468,7 +479,7 @@ class MovementMixin:
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `sizes` elements along `dim` (an int: pieces of that size, the last one shorter)."""
-        d = self._axis(dim, "split")
+        d = _real_axis(self, dim, "split")
         n = self.shape[d]
         if isinstance(sizes, int):
             if sizes <= 0: raise ShapeError(f"split: piece size must be positive, got {sizes}")
@@ -482,7 +493,7 @@ class MovementMixin:
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """`chunks` pieces of equal size along `dim` (the last may be smaller), as torch.chunk."""
         if chunks <= 0: raise ShapeError(f"chunk: number of chunks must be positive, got {chunks}")
-        return self.split(max(1, -(-self.shape[self._axis(dim, "chunk")] // chunks)), dim)
+        return self.split(max(1, -(-self.shape[_real_axis(self, dim, "chunk")] // chunks)), dim)
 
     def repeat(self: Tensor, *repeats: int | Sequence[int]) -> Tensor:
         """The tensor tiled `repeats[i]` times along each axis (new leading axes allowed), as torch.repeat."""
@@ -514,7 +525,7 @@ class MovementMixin:
         if len(shifts_) != len(dims_): raise ShapeError(f"roll: {len(shifts_)} shifts for {len(dims_)} dims")
         x = self
         for shift, dim in zip(shifts_, dims_, strict=True):
-            d = self._axis(dim, "roll")
+            d = _real_axis(self, dim, "roll")
             n = x.shape[d]
             if n == 0 or shift % n == 0: continue
             head, tail = x.split([n - shift % n, shift % n], d)

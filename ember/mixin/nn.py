@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ember.dtype import DType, dtypes, least_upper_dtype
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.mixin.indexing import index_values
 
@@ -35,7 +35,8 @@ def _tuple(v: IntOrTuple, n: int, what: str, op: str) -> tuple[int, ...]:
 def _positive(v: IntOrTuple, n: int, what: str, op: str) -> tuple[int, ...]:
     """_tuple, checked to be at least 1 on every axis: a zero stride or kernel would divide by zero later."""
     out = _tuple(v, n, what, op)
-    if any(x < 1 for x in out): raise ValueError(f"{op}: {what} must be positive on every axis, got {v}")
+    if any(x < 1 for x in out):  # ArgumentError is a ValueError and the RuntimeError torch raises here
+        raise ArgumentError(f"{op}: {what} must be positive on every axis, got {v}; give integers >= 1")
     return out
 
 
@@ -359,6 +360,7 @@ class NNMixin:
             attn_mask = Tensor.ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is None: return scores.softmax(-1).dropout(dropout_p) @ value
         scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
+        if scores.shape[-1] == 0: return scores.softmax(-1) @ value  # no keys: every output is 0, as torch
         # a softmax whose max is already taken: the mask's -inf scores give exp(-inf) = 0. A row of -inf only (every
         # key masked out) would be 0/0: its peak and sum are replaced by 0 and 1, so its weights are 0, with no NaN
         # in the gradient, and the max is computed once (it was taken twice: 6 kernels, now 5 as without a mask)

@@ -147,29 +147,41 @@ class ReduceMixin:
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
-        """log(sum(exp(x))) without overflow: the max is taken out first (and kept finite for all -inf rows)."""
+        """log(sum(exp(x))) without overflow: the max is taken out first (and kept finite for all -inf rows).
+
+        Over an empty axis the sum is 0 and the result -inf, as torch."""
         axis = either_axis("logsumexp", axis, dim)
         x = self.float_like()
-        peak = x._max_values(axis, True, "logsumexp")
-        peak = peak.isinf().where(0.0, peak).detach()
+        if self._is_empty_along(axis, "logsumexp"): peak = x.zeros_like().sum(axis, keepdim=True)  # log(0) = -inf
+        else:
+            peak = x._max_values(axis, True, "logsumexp")
+            peak = peak.isinf().where(0.0, peak).detach()
         out = (x - peak).exp().sum(axis, keepdim=True).log() + peak
         return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape)
                                                      if i not in self._reduce_axes(axis, "logsumexp")))
 
     def softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
                 dim: int | None = None) -> Tensor:
-        """exp(x) / sum(exp(x)) along `axis` (the last by default); `dtype` casts the input first, as torch."""
+        """exp(x) / sum(exp(x)) along `axis` (the last by default); `dtype` casts the input first, as torch.
+        Over an empty axis the result is empty too."""
         axis = either_axis("softmax", axis, dim, default=-1)
         x = self.float_like() if dtype is None else self.cast(dtype)
+        if x._is_empty_along(axis, "softmax"): return x
         e = (x - x._max_values(axis, True, "softmax").detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
                     dim: int | None = None) -> Tensor:
-        """x - logsumexp(x) along `axis` (the last by default); `dtype` casts the input first, as torch."""
+        """x - logsumexp(x) along `axis` (the last by default); `dtype` casts the input first, as torch.
+
+        Computed as torch does, (x - max) - log(sum(exp(x - max))), so a row whose max is +inf or -inf is all NaN,
+        as in torch (x - logsumexp(x) would give -inf beside the NaN of an inf). Over an empty axis the result is
+        empty too."""
         axis = either_axis("log_softmax", axis, dim, default=-1)
         x = self.float_like() if dtype is None else self.cast(dtype)
-        return x - x.logsumexp(axis, keepdim=True)
+        if x._is_empty_along(axis, "log_softmax"): return x
+        shifted = x - x._max_values(axis, True, "log_softmax").detach()
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The index (int64) of the first largest element over `axis` (of the flattened tensor when None); NaN wins."""
@@ -205,6 +217,10 @@ class ReduceMixin:
         """Whether every element over `axis` is nonzero: bool, or uint8 for uint8 input (as torch)."""
         out = self.logical_not().any(either_axis("all", axis, dim), keepdim).logical_not()
         return out.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else out
+
+    def _is_empty_along(self: Tensor, axis: Axis, name: str) -> bool:
+        """Whether an axis reduced over has size 0: a reduction with no identity (max) cannot run over it."""
+        return any(self.shape[a] == 0 for a in self._reduce_axes(axis, name))
 
     def _check_nonempty(self: Tensor, axis: Axis, name: str) -> None:
         for a in self._reduce_axes(axis, name):
