@@ -30,7 +30,7 @@ from ember.device import Buffer, Device, buffer_uop
 from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import DTypeError, EmberError, ShapeError
 from ember.export.cpp_names import check_cpp_name
-from ember.helpers import INTERPRET, Context, prod
+from ember.helpers import INTERPRET, prod
 from ember.schedule.kernelize import ExecItem, create_schedule
 from ember.tensor import Tensor
 from ember.uop.ops import Ops, UOp
@@ -98,13 +98,18 @@ class NumericalFunction:
         self._building: threading.Thread | None = None  # the build a first call started
         self._failure: Exception | None = None  # how that build failed
         self._program: Any = None  # the interpreter's prepared kernels (export/interpreter.py)
-        self._arrays: dict[int, np.ndarray] | None = None  # its constants and intermediates
+        self._constants: dict[int, np.ndarray] = {}  # the constants' values, which the interpreter only reads
         self._planned: Plan | None = None
+        # First calls may come from several threads at once: the trace, the plan and the native build are made
+        # once, by whichever thread comes first, while the others wait (reentrant: the plan needs the trace).
+        self._lock = threading.RLock()
         if not lazy: self._trace()
 
     def _trace(self) -> tuple[list[Tensor], list[Tensor], bool]:
         """(placeholders, outputs, whether fn returns one Tensor): fn run once on placeholders."""
-        if self._traced is None:
+        if self._traced is not None: return self._traced
+        with self._lock:
+            if self._traced is not None: return self._traced
             placeholders = placeholders_for(self.args)
             with tracing(placeholders): outs = self.fn(*placeholders)
             single = isinstance(outs, Tensor)
@@ -114,7 +119,7 @@ class NumericalFunction:
                 raise EmberError(f"NumericalFunction {self.name!r}: fn must return a Tensor or a tuple of Tensors, "
                                  f"got {got}")
             self._traced = (placeholders, list(outs), single)
-        return self._traced
+            return self._traced
 
     @property
     def traced_inputs(self) -> list[Tensor]: return self._trace()[0]
@@ -129,10 +134,12 @@ class NumericalFunction:
     def plan(self) -> Plan:
         """The kernels and buffers, scheduled when first needed: a function only ever used inside another (a
         model traced into its jacobian) is never scheduled on its own."""
-        if self._planned is None:
-            inputs = [p._buffer() for p in self.traced_inputs]
-            self._planned = _plan(inputs, [o.clone() for o in self.traced_outputs])  # a copy even of an input
-        return self._planned
+        if self._planned is not None: return self._planned
+        with self._lock:
+            if self._planned is None:
+                inputs = [p._buffer() for p in self.traced_inputs]
+                self._planned = _plan(inputs, [o.clone() for o in self.traced_outputs])  # a copy even of an input
+            return self._planned
 
     @property
     def output_shapes(self) -> list[tuple[int, ...]]: return [o.shape for o in self.traced_outputs]
@@ -141,26 +148,61 @@ class NumericalFunction:
     def output_dtypes(self) -> list[DType]: return [o.dtype for o in self.traced_outputs]
 
     def _coerce(self, *values: Any) -> tuple[np.ndarray, ...]:
-        """The arguments as C-ordered arrays of the argument dtypes, or the error naming what is wrong. (The native
-        call asks for this only when its arguments are not already such arrays: Tensors turn back here.)"""
+        """The arguments as arrays the compiled code can read, or the error naming what is wrong. (The native call
+        asks for this only when its arguments are not already such arrays: Tensors turn back here.)"""
         if any(isinstance(v, Tensor) for v in values): raise _TensorArguments
-        return tuple(np.asarray(a, dtype=to_numpy(arg.dtype), order="C")
-                     for a, arg in zip(self._check(values), self.args, strict=True))
+        return self._arrays_for(values)
+
+    def _arrays_for(self, values: Sequence[Any]) -> tuple[np.ndarray, ...]:
+        """The checked arguments as plain C-ordered arrays of the argument dtypes, in native byte order and aligned:
+        compiled code reads their memory as C values of that type, and a big-endian or misaligned array's bytes
+        are not those (`np.asarray` keeps a misaligned array that already has the dtype: copied here)."""
+        arrays = []
+        for a, arg in zip(self._check(values), self.args, strict=True):
+            a = np.asarray(a, dtype=to_numpy(arg.dtype), order="C")
+            arrays.append(a if a.flags.aligned else a.copy())
+        return tuple(arrays)
 
     def _check(self, values: Sequence[Any]) -> list[np.ndarray]:
+        """The arguments as arrays of their Arg's shape whose dtype converts to the Arg's: numpy arrays and scalars
+        of the same kind convert as `astype` does (an int64 or uint64 array wraps into int32, as torch's `.to`
+        does; numpy does not call int to unsigned int the same kind, so an int64 array into uint32 is refused); Python
+        ints, which have no dtype of their own, convert to any integer Arg whose range holds them, else raise
+        OverflowError (as numpy 2 does for `np.array(300, np.uint8)`)."""
         if len(values) != len(self.args):
             raise TypeError(f"{self.name}: takes {len(self.args)} arguments, got {len(values)}")
-        arrays = []
-        for i, (v, arg) in enumerate(zip(values, self.args, strict=True)):
-            a = np.asarray(v)
-            want = to_numpy(arg.dtype)
-            if a.shape != arg.shape:
-                raise ShapeError(f"{self.name}: argument {i} has shape {a.shape}, expected {arg.shape}")
-            if not np.can_cast(a.dtype, want, "same_kind"):
-                raise DTypeError(f"{self.name}: argument {i} has dtype {a.dtype}, expected {np.dtype(want)} (or one "
-                                 f"that converts to it without changing kind)")
-            arrays.append(a)
-        return arrays
+        return [self._check_argument(i, v, arg) for i, (v, arg) in enumerate(zip(values, self.args, strict=True))]
+
+    def _check_argument(self, i: int, value: Any, arg: Arg) -> np.ndarray:
+        want = to_numpy(arg.dtype)
+        where = f"{self.name}: argument {i} ({self.arg_names[i]})"
+        expected = f"expected an array of shape {arg.shape} and dtype {_dtype_words(arg.dtype)}"
+        try: a = np.asarray(value)
+        except (ValueError, TypeError) as e:  # ragged nested lists, objects numpy refuses
+            raise DTypeError(f"{where}: numpy cannot read it as an array ({e}); {expected}") from None
+        from_python = not isinstance(value, (np.ndarray, np.generic))
+        python_ints = from_python and a.dtype.kind in "iu"
+        if from_python and (a.dtype.kind == "O" or a.dtype.kind == "f" and want.kind in "iu"):
+            # numpy reads Python ints too large for int64 as uint64, float64 ([2**63, -1]) or objects (2**64)
+            held = np.array(value, dtype=object)
+            if python_ints := all(isinstance(x, int) for x in held.flat): a = held
+        if a.dtype.kind in "OSUV" and not python_ints:
+            if from_python and a.ndim == 0:
+                shown = "None" if value is None else f"a {type(value).__name__} ({value!r:.40})"
+                raise DTypeError(f"{where} is {shown}; {expected}")
+            if a.dtype.kind == "O":
+                raise DTypeError(f"{where} holds objects numpy cannot read as numbers (a {type(value).__name__} of "
+                                 f"{sorted({type(x).__name__ for x in a.flat})}); {expected}")
+        if a.shape != arg.shape:
+            raise ShapeError(f"{self.name}: argument {i} has shape {a.shape}, expected {arg.shape}")
+        if python_ints and want.kind in "iu": return _python_ints_as(a, want, where, arg.dtype)
+        if python_ints and a.dtype.kind == "O":
+            try: return np.asarray(a.tolist(), dtype=want)
+            except OverflowError as e: raise OverflowError(f"{where} holds an int {e}; {expected}") from None
+        if not np.can_cast(a.dtype, want, "same_kind"):
+            raise DTypeError(f"{self.name}: argument {i} has dtype {a.dtype}, expected {_dtype_words(arg.dtype)} "
+                             f"(or one that converts to it without changing kind)")
+        return a
 
     def __call__(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run on numpy arrays (or anything np.asarray takes); returns fresh arrays.
@@ -168,34 +210,37 @@ class NumericalFunction:
         The first call starts compiling the function into native code (cached on disk: a later process loads it)
         and is answered by the numpy interpreter of its kernels, as are the calls made until the native code is
         loaded (INTERPRET=0: the first call waits for it); then calls go straight to it. `compile()` waits.
-        Called with Tensors (inside another function being traced, say), it is `fn` on them: its graph becomes part
-        of the caller's, so functions compose and share their common work."""
+        First calls from several threads start one build. Called with Tensors (inside another function being
+        traced, say), it is `fn` on them: its graph becomes part of the caller's, so functions compose and share
+        their common work."""
         if self._native:
             try: return self._native(*values)
             except _TensorArguments: return self.apply(*values)
         if any(isinstance(v, Tensor) for v in values): return self.apply(*values)
-        if self._failure is not None:  # the build in the background failed: say so once, then try again
-            failure, self._failure = self._failure, None
-            raise failure
-        if self._native is None and self._building is None: self._start_native()
-        if self._native: return self._native(*values)
-        if self._building is not None: return self.interpret(*values)
-        if self._native is None: return self(*values)  # the build in the background ended just now
+        with self._lock:
+            if self._failure is not None:  # the build in the background failed: say so once, then try again
+                failure, self._failure = self._failure, None
+                raise failure
+            if self._native is None and self._building is None: self._start_native(INTERPRET.value)
+            native, building = self._native, self._building
+        if native: return native(*values)
+        if building is not None: return self.interpret(*values)
+        if native is None: return self(*values)  # the build in the background ended just now
         return self.call_kernels(*values)
 
-    def _start_native(self) -> None:
+    def _start_native(self, interpret: int) -> None:
         """Load the native code from the cache, or build it: in a thread while calls are evaluated with numpy
-        (INTERPRET=1, when the interpreter can and is fast), else now."""
+        (`interpret` 1, when the interpreter can and is fast), else now. The caller holds the lock."""
         from ember.export.native import build_native, locate_native
         where = locate_native(self)
         call = where.load(self) if where is not None else None
-        if INTERPRET.value == 1 and where is not None and call is None and self._interpretable():
+        if interpret == 1 and where is not None and call is None and self._interpretable():
             self._building = threading.Thread(target=self._build_in_background, args=(where,), daemon=True,
                                               name=f"ember build {self.name}")
             self._building.start()
             return
         self._native = call or (build_native(self, where) if where is not None else None) or False
-        if INTERPRET.value == 2 and self._interpretable(): self._check_interpreter()
+        if interpret == 2 and self._interpretable(): self._check_interpreter()
 
     def _interpretable(self) -> bool:
         """The interpreter gives the native code's results and is fast enough to stand in for it."""
@@ -220,30 +265,37 @@ class NumericalFunction:
     def compile(self) -> NumericalFunction:
         """Build (or load) the native code now, waiting for a build that a first call started; returns self."""
         if (building := self._building) is not None: building.join()
-        if self._failure is not None:
-            failure, self._failure = self._failure, None
-            raise failure
-        if self._native is None:
-            with Context(INTERPRET=0): self._start_native()
+        with self._lock:
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise failure
+            if self._native is None: self._start_native(interpret=0)
         return self
 
     def interpret(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        """The plan evaluated with numpy (export/interpreter.py): the native code's results bit for bit."""
-        from ember.export.interpreter import Program
-        plan = self.plan
-        if self._program is None:
-            self._program = Program(plan.items)
-            self._arrays = {id(b): b.numpy() for b in plan.constants}
-            self._arrays.update((id(b), np.empty(b.size, to_numpy(b.dtype))) for b in plan.intermediates)
-        assert self._arrays is not None
-        arrays = dict(self._arrays)
+        """The plan evaluated with numpy (export/interpreter.py): the native code's results bit for bit.
+
+        Reentrant: each call has its own intermediates and outputs (threads making first calls at once run here
+        together); the constants are shared and only read."""
+        plan, program = self.plan, self._program or self._prepare_interpreter()
+        arrays = dict(self._constants)
         for buf, a in zip(plan.inputs, self._coerce(*values), strict=True): arrays[id(buf)] = a.reshape(-1)
-        for b in plan.outputs: arrays[id(b)] = np.empty(b.size, to_numpy(b.dtype))
-        self._program(arrays)
+        for b in plan.intermediates + plan.outputs: arrays[id(b)] = np.empty(b.size, to_numpy(b.dtype))
+        program(arrays)
         outs = tuple(arrays[id(b)].reshape(s).copy() if any(c is b for c in plan.outputs[:i]) else
                      arrays[id(b)].reshape(s) for i, (b, s) in enumerate(zip(plan.outputs, plan.output_shapes,
                                                                              strict=True)))
         return outs[0] if self.single else outs
+
+    def _prepare_interpreter(self) -> Any:
+        """The interpreter's Program and the constants' values, made once."""
+        from ember.export.interpreter import Program
+        with self._lock:
+            if self._program is None:
+                plan = self.plan
+                self._constants = {id(b): b.numpy() for b in plan.constants}
+                self._program = Program(plan.items)  # set last: a thread that sees it sees the constants
+            return self._program
 
     def _check_interpreter(self) -> None:
         """INTERPRET=2: the interpreter and the native code agree on random arguments, bit for bit but for the
@@ -274,17 +326,38 @@ class NumericalFunction:
         return out if isinstance(out, Tensor) else tuple(out)
 
     def call_kernels(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        """The slow path: run the traced kernels one by one from Python (no C++ compiler needed)."""
+        """The slow path: run the traced kernels one by one from Python (no C++ compiler needed). One call at a
+        time: the plan's buffers are the arguments and results of every call."""
         from ember.engine.realize import get_runner
-        for buf, a in zip(self.plan.inputs, self._check(values), strict=True): buf.copyin(a)
-        for item in self.plan.items: get_runner(item.bufs[0].device, item.ast)(item, wait=False)
-        outs = tuple(b.numpy().reshape(s) for b, s in zip(self.plan.outputs, self.plan.output_shapes, strict=True))
+        arrays = self._arrays_for(values)
+        with self._lock:
+            for buf, a in zip(self.plan.inputs, arrays, strict=True): buf.copyin(a)
+            for item in self.plan.items: get_runner(item.bufs[0].device, item.ast)(item, wait=False)
+            outs = tuple(b.numpy().reshape(s) for b, s in zip(self.plan.outputs, self.plan.output_shapes,
+                                                               strict=True))
         return outs[0] if self.single else outs
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in self.args)
         return f"<NumericalFunction {self.name}({sig}) -> {len(self.plan.outputs)} outputs, " \
                f"{len(self.plan.items)} kernels>"
+
+
+def _dtype_words(dtype: DType) -> str:
+    """How an argument of `dtype` is passed, in words: bfloat16, which numpy lacks, is passed as its raw bits."""
+    if dtype is dtypes.bfloat16: return "bfloat16 (passed as its raw bits, a uint16 array: numpy has no bfloat16)"
+    return str(np.dtype(to_numpy(dtype)))
+
+
+def _python_ints_as(a: np.ndarray, want: np.dtype, where: str, dtype: DType) -> np.ndarray:
+    """Python ints (int64, uint64 or object array `a`) as `want`, or OverflowError naming the first that does not
+    fit: converting would wrap it silently."""
+    info = np.iinfo(want)
+    if a.size and (int(a.min()) < info.min or int(a.max()) > info.max):
+        bad = next(int(x) for x in a.flat if not info.min <= int(x) <= info.max)
+        raise OverflowError(f"{where} holds {bad}, out of the range of {dtype.name} [{info.min}, {info.max}]; pass "
+                            f"values in that range, or a numpy array of another dtype to convert as numpy does")
+    return a.astype(want)
 
 
 def _same_values(a: np.ndarray, b: np.ndarray) -> bool:

@@ -1,11 +1,11 @@
 """The fast path of a NumericalFunction call: its C++ module compiled with a tiny CPython extension around it.
 
-The extension's `call` checks each argument in C (an ndarray of the exact dtype, shape and C order: a few pointer
-compares), allocates the outputs with numpy's C API and runs the kernels, so a call from Python costs well under
-2 µs beyond the kernels. Anything else (lists, other dtypes, views) goes through the Python check, which converts or
-raises the usual errors. The shared object is cached on disk by a hash of what its source follows from (the plan:
-see `describe`; ember's own code), the compiler and the Python/numpy versions: a second process loads it without
-rendering or compiling.
+The extension's `call` checks each argument in C (an ndarray of the exact dtype, shape and C order, native byte
+order and aligned: a few pointer compares and flag tests), allocates the outputs with numpy's C API and runs the
+kernels, so a call from Python costs well under 2 µs beyond the kernels. Anything else (lists, other dtypes, views,
+big-endian or misaligned arrays) goes through the Python check, which converts or raises the usual errors. The
+shared object is cached on disk by a hash of what its source follows from (the plan: see `describe`; ember's own
+code), the compiler and the Python/numpy versions: a second process loads it without rendering or compiling.
 """
 
 from __future__ import annotations
