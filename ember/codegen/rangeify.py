@@ -97,9 +97,9 @@ def index_alu(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
     return x.replace(src=tuple(at(s, valid, idx) for s in x.src))
 
 
-def index_movement(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+def index_movement(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
     """A movement op only changes where in its source a position reads from."""
-    src, d = x.src[0], idx[0].dtype if idx else dtypes.int32
+    src, d = x.src[0], ctx.index_dtype
     if x.op is Ops.RESHAPE: return at(src, valid, reshape_index(idx, x.shape, src.shape, d))
     if x.op is Ops.PERMUTE:
         moved = [idx[x.arg.index(axis)] for axis in range(len(idx))]
@@ -147,12 +147,12 @@ def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...])
     return UOp(Ops.REDUCE, x.dtype, (value, *ranges), op) if ranges else value
 
 
-def index_gather(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+def index_gather(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
     """A gathered position reads its source where the index tensor's value says: a data-dependent address, loaded
     only when it is inside the axis (an index outside reads 0, never memory out of bounds)."""
     src, table, axis = x.src[0], x.src[1], x.arg
     k = len(table.shape)
-    d = idx[0].dtype if idx else dtypes.int32
+    d = ctx.index_dtype
     where = at(table, valid, idx[axis:axis + k]).cast(d)
     inside = valid & (UOp.const(d, -1) < where) & (where < src.shape[axis])
     value = at(src, inside, idx[:axis] + (where,) + idx[axis + k:])
@@ -239,11 +239,11 @@ pm_rangeify = PatternMatcher([
     (UPat(Ops.INDEX, src=(UPat(GroupOp.Elementwise),), allow_any_len=True, name="x"),
      lambda x: index_alu(x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(GroupOp.Movement),), allow_any_len=True, name="x"),
-     lambda x: index_movement(x.src[0], x.src[1], x.src[2:])),
+     lambda ctx, x: index_movement(ctx, x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(Ops.REDUCE_AXIS),), allow_any_len=True, name="x"),
      lambda ctx, x: index_reduce(ctx, x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(Ops.GATHER),), allow_any_len=True, name="x"),
-     lambda x: index_gather(x.src[0], x.src[1], x.src[2:])),
+     lambda ctx, x: index_gather(ctx, x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="c"),), allow_any_len=True), lambda c: c),
     (UPat(Ops.INDEX, src=(UPat(Ops.ARANGE, name="a"), UPat.var("valid"), UPat.var("i"))), lambda a, valid, i:
      i.cast(a.dtype)),  # the value of an ARANGE is its index
@@ -307,10 +307,20 @@ pm_simplify_gated_index = PatternMatcher([
 ])
 
 
+def largest_index(ast: UOp) -> int:
+    """A bound on every value an index expression of the kernel can take: the most elements of any buffer or view.
+
+    Every index rangeify builds is a position inside some node's shape (a loop's trip count, a flat offset into a
+    reshape, a shifted pad or flip position) or a buffer offset, so it stays below the largest of them. A loop over
+    a broadcast constant or an ARANGE has no buffer that large: buffer sizes alone chose int32 for
+    `Tensor.ones(2**31 + 5).sum()`, whose loop then never ran."""
+    return max((u.dtype.size if u.op is Ops.DEFINE_GLOBAL else prod(u.shape) for u in ast.toposort()
+                if u.op not in (Ops.SINK, Ops.STORE)), default=0)
+
+
 def rangeify(ast: UOp) -> UOp:
     """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
-    sizes = [u.dtype.size for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
-    index_dtype = dtypes.int64 if max(sizes, default=0) > 2**31 - 1 else dtypes.int32
+    index_dtype = dtypes.int64 if largest_index(ast) > 2**31 - 1 else dtypes.int32
     unroll = {st.src[0].src[0]: branching_axes(st.src[1], st.src[0].shape) for st in ast.src if st.op is Ops.STORE}
     sink = graph_rewrite(ast, pm_rangeify + symbolic, ctx=RangeifyContext(index_dtype, unroll), bottom_up=True,
                          name="rangeify")

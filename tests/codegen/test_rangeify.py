@@ -219,6 +219,40 @@ def test_large_buffer_gets_int64_indices():
     assert {r.dtype for r in ranges(rangeify(kernel(2**31)))} == {dtypes.int64}
 
 
+BIG_VIEWS = [  # no buffer is larger than 2**31 - 1 elements, but a loop, a view or an offset is
+    ("sum_of_broadcast_ones", lambda: Tensor.ones(2**31 + 5, dtype="float64").sum()),
+    ("last_of_a_long_arange", lambda: Tensor.arange(2**31 + 5, dtype="int64")[-1]),
+    ("pairwise_differences", lambda: (Tensor.ones(50_000)[:, None] - Tensor.ones(50_000)[None, :]).flatten().max()),
+    ("slice_of_an_expanded_view", lambda: Tensor([1.0, 2.0]).reshape(2, 1).expand(2, 2**31).reshape(-1)[-3:]),
+]
+
+
+@pytest.mark.parametrize("name, build", BIG_VIEWS, ids=[c[0] for c in BIG_VIEWS])
+def test_an_index_past_int32_in_a_view_or_loop_gets_int64(name: str, build: Callable[[], Tensor]):
+    """The index dtype follows the largest index any expression can take (a view's or loop's element count), not
+    buffer sizes alone: int32 made `ones(2**31 + 5).sum()` a loop that never ran (issue 13, item 1)."""
+    for item in build().schedule():
+        sink = rangeify(item.ast)
+        assert {r.dtype for r in ranges(sink)} <= {dtypes.int64}
+        assert all(u.dtype in (dtypes.int64, dtypes.bool) for u in sink.toposort()
+                   if u.op in (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD) and u.dtype.is_int)
+
+
+@pytest.mark.parametrize("build, want", [
+    (lambda: Tensor.arange(2**31 + 5, dtype="int64")[-1], 2**31 + 4),
+    (lambda: Tensor([1.0, 2.0]).reshape(2, 1).expand(2, 2**31).reshape(-1)[-3:].sum(), 6.0),
+    (lambda: Tensor([1.0, 2.0]).reshape(2, 1).expand(2, 2**31).reshape(-1)[2**31 - 1: 2**31 + 1], [1.0, 2.0]),
+], ids=["arange", "expanded_tail", "expanded_middle"])
+def test_values_past_int32_positions_are_right(build: Callable[[], Tensor], want: object):
+    got = build()
+    assert (got.item() if got.ndim == 0 else got.tolist()) == want
+
+
+@pytest.mark.slow
+def test_a_loop_past_int32_runs_every_step():
+    assert Tensor.ones(2**31 + 5, dtype="float64").sum().item() == 2**31 + 5
+
+
 def test_rangeify_is_deterministic():
     ast = ast_of((Tensor(np.zeros((4, 6), np.float32)).T.pad(((1, 0), (0, 1))) * 2).sum(0))
     assert rangeify(ast) is rangeify(ast)
