@@ -230,9 +230,7 @@ def truncate(value: float | int | bool, dtype: DType) -> float | int | bool:
     d = dtype.scalar
     if d.is_bool: return bool(value)
     if d.is_int:
-        if isinstance(value, float):
-            if not math.isfinite(value): return 0  # undefined in C; pick a fixed answer
-            value = int(value)
+        if isinstance(value, float): value = float_to_int(value, d)
         bits = 8 * d.itemsize
         value = int(value) & ((1 << bits) - 1)
         return value - (1 << bits) if d.kind == "i" and value >= 1 << (bits - 1) else value
@@ -243,6 +241,35 @@ def truncate(value: float | int | bool, dtype: DType) -> float | int | bool:
         return struct.unpack(d.fmt, struct.pack(d.fmt, value))[0]  # type: ignore[arg-type]  # floats have fmt
     except OverflowError:
         return math.copysign(math.inf, value)
+
+
+# C leaves a float outside an integer type's range undefined (NaN and +-inf included); ember defines it as torch
+# computes it on x86, so the C renderer, the constant folder and the numpy interpreter agree on every value:
+# int32 and int64 take their minimum; 8- and 16-bit types wrap the int32 result (int8(300.7) is 44, int8(nan) 0);
+# uint32 wraps the int64 result (uint32(-5.0) is 2**32-5); uint64 takes [2**63, 2**64) exactly and wraps the int64
+# result elsewhere. In range, a float truncates toward zero.
+
+def float_to_int_via(dtype: DType) -> int:
+    """The width (32 or 64) of the signed integer a float converts through on its way to `dtype`."""
+    return 64 if dtype.itemsize == 8 or dtype.scalar is dtypes.uint32 else 32
+
+
+def float_to_int(value: float, dtype: DType) -> int:
+    """`value` converted to the integer type `dtype` by the rule above, before wrapping to its width."""
+    if dtype.scalar is dtypes.uint64 and 2**63 <= value < 2**64: return int(value)
+    bits = float_to_int_via(dtype)
+    return int(value) if -2**(bits - 1) <= value < 2**(bits - 1) else -2**(bits - 1)  # NaN compares false
+
+
+def float_to_int_array(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """`x` (a float array) converted to the integer type `dtype` by the rule above: float_to_int on every element."""
+    bits = float_to_int_via(dtype)
+    inside = (x >= -2.0**(bits - 1)) & (x < 2.0**(bits - 1))
+    wide = np.where(inside, np.where(inside, x, 0).astype(f"int{bits}"), np.int64(-2**(bits - 1)))
+    if dtype.scalar is dtypes.uint64:
+        top = (x >= 2.0**63) & (x < 2.0**64)
+        return np.where(top, np.where(top, x, 0).astype(np.uint64), wide.astype(np.uint64))
+    return wide.astype(to_numpy(dtype))
 
 
 def to_bfloat16_bits(arr: np.ndarray) -> np.ndarray:

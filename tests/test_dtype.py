@@ -142,9 +142,9 @@ def test_truncate_float_to_int_truncates_toward_zero_like_numpy(d):
         assert truncate(v, d) == np.array([v]).astype(d.name)[0].item(), v
 
 
-def test_truncate_non_finite_to_int_is_zero():
-    assert truncate(math.nan, dtypes.int32) == 0 and truncate(math.inf, dtypes.uint8) == 0
-    assert truncate(-math.inf, dtypes.int64) == 0
+def test_truncate_non_finite_to_int_follows_torch():
+    assert truncate(math.nan, dtypes.int32) == -2**31 and truncate(math.inf, dtypes.uint8) == 0
+    assert truncate(-math.inf, dtypes.int64) == -2**63
 
 
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ember.codegen.rangeify import UNROLL_AXIS_LIMIT, branching_axes
 from ember.device import Buffer
-from ember.dtype import dtypes, to_numpy
+from ember.dtype import dtypes, float_to_int_array, to_numpy
 from ember.helpers import prod
 from ember.schedule.kernelize import ExecItem
 from ember.uop.interpret import exec_alu
@@ -84,7 +84,7 @@ def _max(a: Value, b: Value) -> Value:
 
 def _cast(u: UOp, x: Value) -> Value:
     want = to_numpy(u.dtype)
-    if u.dtype.is_int and x.dtype.kind == "f": x = np.where(np.isfinite(x), x, 0)  # as exec_alu folds it
+    if u.dtype.is_int and x.dtype.kind == "f": return float_to_int_array(x, u.dtype)  # as exec_alu folds it
     return x.astype(want)
 
 

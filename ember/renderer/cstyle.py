@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
-from ember.dtype import AddrSpace, DType, PtrDType, dtypes
+from ember.dtype import AddrSpace, DType, PtrDType, dtypes, float_to_int_via
 from ember.renderer import Renderer
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+INTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+        dtypes.uint64)
 
 C_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
@@ -79,6 +81,31 @@ def _is_bf16_memory(idx: UOp) -> bool:
     return idx.dtype.base.scalar is dtypes.bfloat16 and idx.dtype.addrspace is not AddrSpace.REG  # type: ignore[attr-defined]
 
 
+def render_shift(x: UOp, a: str, b: str) -> str:
+    """a << b and a >> b with no undefined behaviour: C leaves amounts outside [0, bits) undefined (x86 takes them
+    mod 32), and a left shift of a negative value; ember gives torch's answer, every bit shifted out (0, or -1 for
+    >> of a negative), and shifts left in the unsigned type. An amount whose range is known inside needs no test."""
+    bits, amount = 8 * x.dtype.itemsize, x.src[1]
+    inside = f"((uint64_t)({b})<{bits}u)"
+    known = 0 <= amount.vmin and amount.vmax < bits
+    if x.op is Ops.SHL:
+        shifted = f"(({c_type(x.dtype)})((u{c_type(x.dtype)})({a})<<({b})))" if x.dtype.kind == "i" else \
+            f"(({c_type(x.dtype)})(({a})<<({b})))"
+        return shifted if known else f"({inside}?{shifted}:0)"
+    if known: return f"({a}>>{b})"
+    return f"({a}>>({inside}?({b}):{bits - 1}))" if x.dtype.kind == "i" else f"({inside}?({a}>>{b}):0)"
+
+
+def render_float_to_int(x: UOp, a: str) -> str:
+    """A float converted to an integer type with no undefined behaviour: NaN and values out of range give what
+    dtype.float_to_int says (torch's answers on x86); in range, C's conversion truncates toward zero."""
+    bits = float_to_int_via(x.dtype)
+    low = c_const(-2**(bits - 1), dtypes.int64 if bits == 64 else dtypes.int32)
+    wide = f"(({a})>=-0x1p{bits - 1}&&({a})<0x1p{bits - 1}?(int{bits}_t)({a}):{low})"
+    if x.dtype.scalar is dtypes.uint64: wide = f"(({a})>=0x1p63&&({a})<0x1p64?(uint64_t)({a}):(uint64_t){wide})"
+    return wide if x.dtype.itemsize * 8 == bits and x.dtype.kind == "i" else f"(({c_type(x.dtype)}){wide})"
+
+
 def render_bitcast(x: UOp, a: str) -> str:
     """Reinterpret the bits; a bfloat16 value lives in a float register, so its bits go through bf16_bits/load."""
     if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load((uint16_t)({a}))"
@@ -100,7 +127,7 @@ def render_int_division(x: UOp, a: str, b: str) -> str:
 
 
 _BINARY = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
-           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
 _LIBM = {Ops.EXP: "exp", Ops.LOG: "log", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt",
          Ops.TRUNC: "trunc", **{op: op.name.lower() for op in GroupOp.Libm}}
 
@@ -113,6 +140,7 @@ pm_render_c = PatternMatcher([
     (UPat(Ops.CONST, name="x"), lambda ctx, x: c_const(x.arg, x.dtype)),
     (UPat(Ops.MOD, dtype=FLOATS, name="x"), lambda ctx, x: _libm("fmod", x.dtype, *_src(ctx, x))),
     (UPat((Ops.IDIV, Ops.MOD), name="x"), lambda ctx, x: render_int_division(x, *_src(ctx, x))),
+    (UPat((Ops.SHL, Ops.SHR), name="x"), lambda ctx, x: render_shift(x, *_src(ctx, x))),
     (UPat(tuple(_BINARY), name="x"), lambda ctx, x: f"({_src(ctx, x)[0]}{_BINARY[x.op]}{_src(ctx, x)[1]})"),
     (UPat(tuple(_LIBM), name="x"), lambda ctx, x: _libm(_LIBM[x.op], x.dtype, ctx[x.src[0]])),
     (UPat(Ops.POW, name="x"), lambda ctx, x: _libm("pow", x.dtype, *_src(ctx, x))),
@@ -123,6 +151,8 @@ pm_render_c = PatternMatcher([
     (UPat(Ops.WHERE, name="x"), lambda ctx, x: "({}?{}:{})".format(*_src(ctx, x))),
     (UPat(Ops.MULACC, name="x", dtype=FLOATS), lambda ctx, x: _libm("fma", x.dtype, *_src(ctx, x))),  # one rounding
     (UPat(Ops.MULACC, name="x"), lambda ctx, x: "(({}*{})+{})".format(*_src(ctx, x))),
+    (UPat(Ops.CAST, name="x", dtype=INTS, src=(UPat(dtype=FLOATS),)), lambda ctx, x: render_float_to_int(x,
+                                                                                                  ctx[x.src[0]])),
     (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({c_type(x.dtype)})({ctx[x.src[0]]}))"),
     (UPat(Ops.BITCAST, name="x"), lambda ctx, x: render_bitcast(x, ctx[x.src[0]])),
     (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"({ctx[x.src[0]]}+{ctx[x.src[1]]})"),

@@ -93,7 +93,7 @@ _PYTHON_ALU: dict[Ops, Callable[..., ConstType]] = {
     Ops.ATAN2: lambda y, x: math.nan if math.isnan(x) or math.isnan(y) else math.atan2(y, x),
     Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
     Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
-    Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
+    Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,  # amounts outside [0, bits): see exec_alu
     Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
 }
 
@@ -105,7 +105,6 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtype: 
     """
     if op is Ops.CAST:
         x = operands[0]
-        if dtype.is_int and isinstance(x, float) and not math.isfinite(x): return 0
         return truncate(x if not dtype.is_bool else x != 0, dtype)
     if op is Ops.BITCAST: return _bitcast(operands[0], src_dtype or dtype, dtype)
     if dtype.is_float and op in GroupOp.Transcendental | {Ops.FDIV, Ops.RECIPROCAL}:
@@ -113,8 +112,8 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtype: 
     if dtype.is_float and op is Ops.MOD: operands = tuple(float(x) for x in operands)
     if op in (Ops.IDIV, Ops.MOD) and operands[1] == 0 and not dtype.is_float:
         raise ZeroDivisionError(f"{op.name} by zero")
-    if op in (Ops.SHL, Ops.SHR) and not 0 <= operands[1] < 8 * dtype.itemsize:
-        raise ZeroDivisionError(f"{op.name} by {operands[1]} bits is undefined for {dtype}")
+    if op in (Ops.SHL, Ops.SHR) and not 0 <= operands[1] < 8 * dtype.itemsize:  # undefined in C; torch's answer:
+        return 0 if op is Ops.SHL or operands[0] >= 0 else -1  # all bits shifted out (>> of a negative fills 1s)
     return truncate(_PYTHON_ALU[op](*operands), dtype)
 
 
