@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ember.device import cache_write, scratch_dir, touch, write_atomically
+from ember.device import checked_name, discard_damaged, find_checked, scratch_dir, write_atomically, write_checked
 from ember.dtype import dtypes
 from ember.engine.realize import graph_text
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
 from ember.helpers import CACHELEVEL, UNROLL, cache_dir, source_hash
-from ember.runtime.ops_cpu import pick_compiler
+from ember.runtime.ops_cpu import native_target, pick_compiler
 
 if TYPE_CHECKING:
     from ember.export.function import NumericalFunction
@@ -49,21 +49,29 @@ def find_cxx(float16: bool = False) -> str | None:
 
 @dataclass(frozen=True)
 class NativeBuild:
-    """Where f's extension lives in the cache and how it is built."""
+    """Where f's extension lives in the cache and how it is built. The file is `<ext>.<checksum>` (device.
+    write_checked): a truncated, zeroed or swapped one no longer matches its name and is built again."""
 
-    ext: str  # the module's name (PyInit_<ext>)
-    path: str
+    ext: str  # the module's name (PyInit_<ext>) and the key of its file
+    folder: str
     cxx: str
 
     def load(self, f: NumericalFunction) -> Callable[..., Any] | None:
-        """The cached extension's `call`, or None when it was not built yet (or was evicted meanwhile)."""
-        if not os.path.exists(self.path): return None
+        """The cached extension's `call`, or None when it was not built yet (or was evicted or damaged)."""
+        if not CACHELEVEL or (found := find_checked(self.folder, self.ext)) is None: return None
         try:
-            call = _load(self.ext, self.path, f)
-        except (ImportError, OSError):  # evicted between the check and the load, or damaged: built again
+            return _load(self.ext, found[0], f)
+        except (ImportError, OSError) as e:  # evicted between the check and the load, or built for another CPU
+            discard_damaged(found[0], f"it does not load ({e})")
             return None
-        touch(self.path)
-        return call
+
+    def store(self, data: bytes) -> str:
+        """Keep the built extension in the cache, or where the cache cannot take it, in this process's scratch
+        directory (device.cache_write has warned once); the path to load it from."""
+        if CACHELEVEL and (path := write_checked(self.folder, self.ext, data)) is not None: return path
+        path = os.path.join(scratch_dir(), checked_name(self.ext, data))
+        write_atomically(path, data)
+        return path
 
 
 def locate_native(f: NumericalFunction) -> NativeBuild | None:
@@ -76,10 +84,10 @@ def locate_native(f: NumericalFunction) -> NativeBuild | None:
     description, float16 = describe(f)
     cxx = find_cxx(float16)
     assert cxx is not None
-    key_text = "\0".join([description, cxx, *CXX_FLAGS, sys.version, np.__version__, source_hash()])
+    key_text = "\0".join([description, cxx, *CXX_FLAGS, native_target(cxx), sys.version, np.__version__,
+                          source_hash()])
     ext = f"ember_{f.name}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
-    folder = os.path.join(cache_dir(), "native") if CACHELEVEL else scratch_dir()
-    return NativeBuild(ext, os.path.join(folder, ext + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")), cxx)
+    return NativeBuild(ext, os.path.join(cache_dir(), "native"), cxx)
 
 
 def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Callable[..., Any] | None:
@@ -101,8 +109,8 @@ def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Call
                os.path.join(tmp, "extension.cpp")]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode: raise CompileError(f"{f.name}: the C++ compiler failed:\n{done.stderr[-4000:]}")
-        with open(out, "rb") as fh: (cache_write if CACHELEVEL else write_atomically)(where.path, fh.read())
-    return _load(where.ext, where.path, f)
+        with open(out, "rb") as fh: path = where.store(fh.read())
+    return _load(where.ext, path, f)
 
 
 def _load(ext: str, path: str, f: NumericalFunction) -> Callable[..., Any]:

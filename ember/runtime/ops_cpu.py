@@ -39,6 +39,12 @@ C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract
            "-std=gnu11", "-Wno-unused")
 
 
+def c_flags() -> tuple[str, ...]:
+    """C_FLAGS, then the words of $EMBER_CFLAGS (the sanitizer job adds -fsanitize=address,undefined there); they
+    are part of the compiler's cache key, so kernels built with them are never served to a build without."""
+    return C_FLAGS + tuple(shlex.split(os.getenv("EMBER_CFLAGS", "")))
+
+
 def find_c_compiler() -> str:
     """clang if present, else gcc, else cc, the first of them that compiles _Float16; $CC overrides."""
     cc = pick_compiler(os.getenv("CC"), ("clang", "gcc", "cc"), "c", float16=True)  # any kernel may hold float16
@@ -126,12 +132,13 @@ class CCompiler(Compiler):
     def __init__(self) -> None:
         self.cc = find_c_compiler()
         version = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-        super().__init__(f"{version} {' '.join(C_FLAGS)} target: {native_target(self.cc)}")
+        self.flags = c_flags()
+        super().__init__(f"{version} {' '.join(self.flags)} target: {native_target(self.cc)}")
 
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "kernel.so")
-            proc = subprocess.run([self.cc, *C_FLAGS, "-x", "c", "-", "-o", out, "-lm"], input=src,
+            proc = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out, "-lm"], input=src,
                                   capture_output=True, text=True)
             if proc.returncode != 0: raise CompileError(describe_compile_error(self.cc, src, proc.stderr))
             with open(out, "rb") as f: return f.read()

@@ -1,6 +1,6 @@
-"""Faults in the on-disk cache (device.py, runtime/ops_cpu.py, engine/realize.py): a damaged entry, a cache from
-another CPU, a directory that cannot be written or disappears. Each costs time and at most one CacheWarning, never a
-wrong value or an error.
+"""Faults in the on-disk cache (device.py, runtime/ops_cpu.py, engine/realize.py, export/native.py): a damaged entry,
+a cache from another CPU, a directory that cannot be written or disappears. Each costs time and at most one
+CacheWarning, never a wrong value or an error.
 
 Oracles: numpy for values, the files left on disk, the warnings recorded, and a compiler that fails when called
 (a rebuilt entry is served from the cache afterwards). Every test points $EMBER_CACHE at a fresh directory and
@@ -26,10 +26,13 @@ import pytest
 
 import ember.device
 import ember.engine.realize as realize
+import ember.export.native as native
 import ember.runtime.ops_cpu as ops_cpu
 from ember import Tensor
 from ember.codegen import get_program
 from ember.device import Device
+from ember.export import Arg, NumericalFunction
+from ember.export.native import locate_native
 from ember.helpers import Context, cache_dir
 from ember.renderer import ProgramSpec
 
@@ -282,3 +285,67 @@ def test_cachelevel_zero_never_touches_the_cache_directory(cache: Path, monkeypa
 def test_cache_warning_is_embers_own_category():
     assert issubclass(ember.device.CacheWarning, UserWarning)
     assert ember.device.CacheWarning.__module__ == "ember.device"
+
+
+# ---- NumericalFunction's native extensions (export/native.py) ---------------------------------------------------
+
+
+def scaled_function(c: float) -> NumericalFunction:
+    """The same function of a fresh process each call: traced anew, nothing loaded in memory."""
+    return NumericalFunction("scaled", lambda x: x * c + 1.0, [Arg(3)])
+
+
+def native_entry(root: Path, f: NumericalFunction) -> Path:
+    where = locate_native(f)
+    assert where is not None, "no C++ compiler: this machine cannot build native extensions"
+    (entry,) = (root / "native").glob(f"{where.ext}.*")
+    return entry
+
+
+def check_native(f: NumericalFunction, c: float) -> None:
+    x = np.arange(3.0)
+    np.testing.assert_array_equal(f.compile()(x), x * c + 1.0)
+    assert f._native, "the call ran kernel by kernel, not natively"
+
+
+def forbid_native_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native.subprocess, "run", lambda *a, **k: pytest.fail("a cached extension was built again"))
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_damaged_native_extension_is_rebuilt_with_one_warning(cache: Path, damage: str,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    c, other = unique_constant(), unique_constant()
+    check_native(scaled_function(c), c)
+    check_native(scaled_function(other), other)
+    entry = native_entry(cache, scaled_function(c))
+    damaged = entry.with_name("damaged")  # damaged beside it, then moved in: this process has the file mapped
+    shutil.copy(entry, damaged)
+    DAMAGES[damage](damaged, native_entry(cache, scaled_function(other)))
+    os.replace(damaged, entry)
+    with cache_warnings() as caught:
+        check_native(scaled_function(c), c)
+    assert len(caught) == 1 and "damaged" in caught[0], caught
+    forbid_native_builds(monkeypatch)
+    with cache_warnings() as caught:
+        check_native(scaled_function(c), c)
+    assert caught == []
+
+
+@pytest.mark.parametrize("fault", UNWRITABLE)
+def test_unwritable_cache_builds_native_extensions_elsewhere(cache: Path, fault: str,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    UNWRITABLE[fault][0](cache, monkeypatch)
+    c = unique_constant()
+    with cache_warnings() as caught:
+        check_native(scaled_function(c), c)
+    assert len(caught) <= 1, caught  # one warning per process: an earlier test may have given it
+    assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*"))
+
+
+def test_native_cache_key_names_the_cpu_not_native(cache: Path, monkeypatch: pytest.MonkeyPatch):
+    """A cache shared between machines: another CPU behind -march=native has its own extension."""
+    c = unique_constant()
+    here = locate_native(scaled_function(c))
+    monkeypatch.setattr(native, "native_target", lambda compiler: "-march=another")
+    assert here is not None and locate_native(scaled_function(c)).ext != here.ext
