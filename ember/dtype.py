@@ -135,6 +135,7 @@ class dtypes:  # noqa: N801  (the namespace reads as in tinygrad and torch: dtyp
         """The dtype a Python scalar or nested list gets: bool, default_int or default_float."""
         if isinstance(x, (list, tuple)):
             return max((dtypes.from_py(v) for v in x), key=lambda d: _CATEGORY[d.kind], default=dtypes.default_float)
+        x = as_python_number(x)
         if isinstance(x, bool): return dtypes.bool
         if isinstance(x, int): return dtypes.default_int
         if isinstance(x, float): return dtypes.default_float
@@ -154,6 +155,12 @@ DTYPES_BY_NAME: dict[str, DType] = {
 }
 SCALARS: tuple[str, ...] = tuple(n for n in DTYPES_BY_NAME if n != "void")
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "v": -1}
+
+
+def as_python_number(x: object) -> object:
+    """A numpy scalar (np.float32(2), np.int64(3), np.bool_(True)) as the Python number it holds, which then acts
+    as a Python scalar does in an op with a tensor (weak: it raises the category, never the width); else x."""
+    return x.item() if isinstance(x, np.generic) and x.dtype.kind in "biuf" else x
 
 
 def to_numpy(dtype: DType) -> np.dtype:

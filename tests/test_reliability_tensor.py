@@ -300,3 +300,23 @@ def test_log_softmax_with_infinities_matches_torch(row: list[float]) -> None:
     """A row whose max is +inf or -inf is all NaN in torch ((x - max) is NaN there), not -inf beside a NaN."""
     _compare(Tensor(row).log_softmax(0), torch.tensor(row).log_softmax(0))
     _compare(Tensor([row, [1.0] * len(row)]).log_softmax(1), torch.tensor([row, [1.0] * len(row)]).log_softmax(1))
+
+
+# ---- numpy scalars are numbers (issue 13 item 13) ---------------------------------------------------------------
+
+NUMPY_SCALARS = [np.float32(2.5), np.float64(-1.25), np.float16(0.5), np.int64(3), np.int16(-2), np.uint8(7)]
+
+
+@pytest.mark.parametrize("scalar", NUMPY_SCALARS, ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int8"])
+@pytest.mark.parametrize("op", ["add", "rsub", "maximum", "eq"])
+def test_numpy_scalar_operand_acts_as_the_number_it_holds_like_torch(scalar: Any, dtype: str, op: str) -> None:
+    x = np.array([1, -2, 3], dtype=dtype)
+    apply = {"add": lambda t: t + scalar, "mul": lambda t: t * scalar, "rsub": lambda t: scalar - t,
+             "maximum": lambda t: t.maximum(scalar) if isinstance(t, Tensor) else torch.maximum(t, torch.tensor(
+                 scalar.item())), "eq": lambda t: t == scalar}[op]
+    want = apply(torch.from_numpy(x))
+    got = apply(Tensor(x))
+    assert isinstance(got, Tensor)
+    if op != "maximum": assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_allclose(got.numpy(), want.numpy())

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ember.dtype import DType, dtypes, promote_operands, to_dtype
+from ember.dtype import DType, as_python_number, dtypes, promote_operands, to_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.uop.ops import Ops, UOp, constant_of
 
@@ -97,6 +97,7 @@ class ElementwiseMixin:
     def _const(self: Tensor, value: Any, dtype: DType, op: str = "const") -> Tensor:
         """A Python number as a constant tensor of `dtype`. An int beyond 64 bits raises, as in torch, whatever the
         dtype: silently wrapping 2**70 to 0 (or rounding it into a float) would hide the user's mistake."""
+        value = as_python_number(value)
         if not isinstance(value, (bool, int, float)):
             raise DTypeError(f"{op}: expected a Tensor or a Python number, got {type(value).__name__}")
         if type(value) is int and not -2**63 <= value < 2**64:
