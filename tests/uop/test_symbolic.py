@@ -128,8 +128,7 @@ def _fuzz_long(expr):
 
 
 @pytest.mark.slow
-def test_simplify_keeps_value_and_bounds_fuzz_long(request):
-    if "slow" not in (request.config.getoption("markexpr") or ""): pytest.skip("long fuzz run: select it with -m slow")
+def test_simplify_keeps_value_and_bounds_fuzz_long():
     _fuzz_long()
 
 
