@@ -7,16 +7,21 @@ tolerance chosen by the result dtype for floats (NaN equals NaN, infinities must
 
 from __future__ import annotations
 
+import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
+import ember.engine.realize as realize
 from ember import Tensor
 from ember.export import Arg
+from ember.helpers import cache_dir
 
 # Elementwise float tolerances: ember calls libm (expf, logf, ...), torch and numpy use their own vector math.
 # Reductions and matmul sum in another order than torch; their tests pass REDUCE_TOL.
@@ -122,3 +127,27 @@ class Case:
 
     def args(self) -> list[Arg]:
         return [Arg(s) for s in self.shapes] + [Arg(s, "int64") for s, _ in self.ints]
+
+
+# ---- the on-disk cache ------------------------------------------------------------------------------------------
+
+def use_fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point $EMBER_CACHE at an empty folder and forget this process's compiled programs: each realization then
+    reads the cache as the test left it."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("EMBER_CACHE", str(root))
+    monkeypatch.setattr(realize, "_runners", {})
+    assert cache_dir() == str(root)
+    return root
+
+
+def unique_constant() -> float:
+    """A float32 constant no other test uses: a kernel scaling by it is new to every cache."""
+    return float(np.float32(1 + uuid.uuid4().int % 100_000 / 2**17))
+
+
+def scaled_sums(c: float) -> tuple[Tensor, np.ndarray]:
+    """A one-kernel computation and its value; the same `c` gives the same kernel AST, and kernels of different `c`
+    have the same name (the same symbol)."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    return (Tensor(x) * c).sum(1), (x * np.float32(c)).sum(1)

@@ -12,40 +12,24 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ember.engine.realize as realize
-from ember import Tensor
 from ember.device import Compiler, Device, evict_cache, maybe_evict, read_cached
 from ember.dtype import dtypes
-from ember.helpers import Context, cache_dir
+from ember.helpers import Context
 from ember.uop.ops import Ops, UOp
+from tests.helpers import scaled_sums, unique_constant, use_fresh_cache
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("EMBER_CACHE", str(root))
-    monkeypatch.setattr(realize, "_runners", {})  # forget this process's compiled programs
-    assert cache_dir() == str(root)
-    return root
-
-
-def unique_constant() -> float:
-    """A float32 constant no other test uses, so that a kernel scaling by it is new to every cache."""
-    return float(np.float32(1 + uuid.uuid4().int % 100_000 / 2**17))
-
-
-def scaled_sums(c: float) -> tuple[Tensor, np.ndarray]:
-    """A one-kernel computation and its expected value; the same `c` gives the same kernel AST."""
-    x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    return (Tensor(x) * c).sum(1), (x * np.float32(c)).sum(1)
+    return use_fresh_cache(tmp_path, monkeypatch)
 
 
 def program_entries(root: Path) -> list[Path]:

@@ -28,33 +28,18 @@ import ember.device
 import ember.engine.realize as realize
 import ember.export.native as native
 import ember.runtime.ops_cpu as ops_cpu
-from ember import Tensor
 from ember.codegen import get_program
 from ember.device import Device
 from ember.export import Arg, NumericalFunction
 from ember.export.native import locate_native
 from ember.helpers import Context, cache_dir
 from ember.renderer import ProgramSpec
+from tests.helpers import scaled_sums, unique_constant, use_fresh_cache
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("EMBER_CACHE", str(root))
-    monkeypatch.setattr(realize, "_runners", {})
-    assert cache_dir() == str(root)
-    return root
-
-
-def unique_constant() -> float:
-    """A float32 constant no other test uses: a kernel scaling by it is new to every cache."""
-    return float(np.float32(1 + uuid.uuid4().int % 100_000 / 2**17))
-
-
-def scaled_sums(c: float) -> tuple[Tensor, np.ndarray]:
-    """A one-kernel computation and its value; kernels of different `c` have the same name (the same symbol)."""
-    x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    return (Tensor(x) * c).sum(1), (x * np.float32(c)).sum(1)
+    return use_fresh_cache(tmp_path, monkeypatch)
 
 
 @contextmanager
