@@ -251,6 +251,9 @@ def test_values_past_int32_positions_are_right(build: Callable[[], Tensor], want
 @pytest.mark.slow
 def test_a_loop_past_int32_runs_every_step():
     assert Tensor.ones(2**31 + 5, dtype="float64").sum().item() == 2**31 + 5
+    x = Tensor(np.linspace(0, 1, 50_000, dtype=np.float32))
+    d = (x[:, None] - x[None, :]).abs().flatten()  # 2.5e9 positions: the issue's -inf max and negative argmax
+    assert d.max().item() == 1.0 and d.argmax().item() == 49_999
 
 
 def test_rangeify_is_deterministic():
