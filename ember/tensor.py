@@ -196,7 +196,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
                              f"{self.dtype.name}; cast to a float dtype first (as torch)")
         self._requires_grad = requires_grad
         if requires_grad:
-            if not is_buffer_view(self.uop): self.uop = self.contiguous().realize().uop
+            if not is_buffer_view(self.uop): self.uop = self.contiguous()._stored()
             Tensor._needs_grad[id(self)] = self
         else: Tensor._needs_grad.pop(id(self), None)
         return self
@@ -444,15 +444,31 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         return create_schedule([t.uop for t in (self, *others)], self.device)[0]
 
     def realize(self, *others: Tensor) -> Tensor:
-        """Compute self (and `others`) into device buffers; afterwards each reads its buffer."""
+        """Compute self (and `others`) into device buffers; afterwards each reads its buffer. A tensor a gradient
+        can pass through keeps its graph for backward(), as reading a torch tensor changes nothing; later schedules
+        read its buffer all the same (kernelize.computed)."""
         from ember.engine.realize import run_schedule
         from ember.schedule.kernelize import computed, create_schedule
         tensors = (self, *others)
         items, views = create_schedule([t.uop for t in tensors], self.device)
         run_schedule(items)
         computed.update({node: view for node, view in views.items() if node is not view})
-        for t, view in [(t, views[t.uop]) for t in tensors]: t.uop = view
+        for t, view in [(t, views[t.uop]) for t in tensors]:
+            if not t._carries_gradient(): t.uop = view
         return self
+
+    def _stored(self) -> UOp:
+        """Realize self; the view of the buffer holding it (self.uop itself, unless self keeps its graph)."""
+        from ember.schedule.kernelize import computed
+        self.realize()
+        return computed.get(self.uop, self.uop)
+
+    def _carries_gradient(self) -> bool:
+        """Whether backward() could pass a gradient through self: it is computed from a tensor that requires grad
+        (a leaf that requires grad is where gradients end: realizing an update to it stores the new value)."""
+        if Tensor.no_grad or not Tensor._needs_grad or id(self) in Tensor._needs_grad: return False
+        graph = self.uop.toposort()
+        return any(t.uop in graph for t in list(Tensor._needs_grad.values()))
 
     def contiguous(self) -> Tensor:
         """self stored in row-major order when realized: self itself when it reads a whole buffer in order already
@@ -471,8 +487,8 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     def _buffer(self) -> Buffer:
         """The buffer holding self in row-major order (realizing a contiguous copy if needed)."""
         from ember.schedule.kernelize import is_buffer_view
-        u = self.uop if is_buffer_view(self.uop) else (self if self.uop.op is Ops.CONTIGUOUS else self.contiguous())\
-            .realize().uop
+        u = self.uop if is_buffer_view(self.uop) else \
+            (self if self.uop.op is Ops.CONTIGUOUS else self.contiguous())._stored()
         while u.op is Ops.RESHAPE: u = u.src[0]
         return buffer_of(u)
 

@@ -45,14 +45,8 @@ SLOW_SEEDS = range(1000, 2000)  # the slow test's 1,000 programs, SLOW_CHUNK to 
 SLOW_CHUNK = 50
 
 # Op variants a known ember bug makes fail; the generator does not draw them (the repro is in the comment).
-KNOWN_BUGS: set[str] = {
-    # Reading a tensor that ends in a copy (setitem's result, clone(), contiguous()) realizes it in place and cuts
-    # it from its graph, so a later backward gives no gradient through it (torch: reading changes nothing):
-    #   x = Tensor([1.0, 2.0, 3.0], requires_grad=True); y = x.clone(); y.tolist()
-    #   y.sum().backward()  # RuntimeError: backward: no tensor with requires_grad=True is used to compute this one
-    #   torch: x.grad == [1, 1, 1]. (Program.check runs backward before it reads any value for this reason.)
-    "read_then_backward",
-}
+KNOWN_BUGS: set[str] = set()  # "read_then_backward" was here until Tensor.realize kept the graph of a tensor that
+# carries a gradient (reading x.clone() cut it from x, and backward found no tensor that requires grad)
 
 
 # ---- inputs: numpy arrays from a seed, so that a printed program runs as it is -------------------------------------
@@ -297,9 +291,7 @@ class Program:
         output; return how many tensors were compared.
 
         ember computes them all as one flat tensor (`checked`, one realize: few kernels to compile), which is cut
-        into its parts and compared with each torch tensor. backward runs before any value is read: reading a
-        tensor that ends in a copy (setitem's result, clone, contiguous) realizes it and cuts it from its graph in
-        ember, so the gradients would be lost."""
+        into its parts and compared with each torch tensor (programs also read values midway, before backward)."""
         out = self.output()
         parts: list[tuple[str, Tensor, torch.Tensor, dict[str, float]]] = []
         for v in self.values:

@@ -320,3 +320,26 @@ def test_numpy_scalar_operand_acts_as_the_number_it_holds_like_torch(scalar: Any
     assert isinstance(got, Tensor)
     if op != "maximum": assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
     np.testing.assert_allclose(got.numpy(), want.numpy())
+
+
+# ---- reading a value changes nothing for backward ----------------------------------------------------------------
+
+MADE = {"clone": (lambda x: x.clone(), lambda t: t.clone()),
+        "contiguous": (lambda x: (x * 2).contiguous(), lambda t: (t * 2).contiguous()),
+        "realize": (lambda x: (x * 2).realize(), lambda t: t * 2),
+        "elementwise": (lambda x: x * 2, lambda t: t * 2)}
+
+
+@pytest.mark.parametrize("made", MADE)
+@pytest.mark.parametrize("read", ["tolist", "numpy", "realize"])
+def test_reading_a_tensor_keeps_its_gradient_like_torch(made: str, read: str) -> None:
+    """Reading (or realizing) a tensor computed from one that requires grad stored it and cut it from its graph:
+    a later backward() found no tensor that requires grad (torch: reading changes nothing)."""
+    ours, theirs = MADE[made]
+    x, tx = Tensor([1.0, 2.0, 3.0], requires_grad=True), torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y, ty = ours(x), theirs(tx)
+    getattr(y, read)()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy())
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())

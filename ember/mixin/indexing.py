@@ -253,7 +253,7 @@ class IndexingMixin:
             picked = _select_last(v.reshape(1, -1), (last - 1).maximum(0))
             new = (last > 0).where(picked, self.flatten()).reshape(self.shape)
         self.assign(new.contiguous())
-        if not _carries_gradient(self): self.realize()
+        if not self._carries_gradient(): self.realize()
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1, as torch.gather: out has index's shape."""
@@ -340,14 +340,6 @@ class IndexingMixin:
         from ember.mixin.elementwise import broadcast_shape
         shape = broadcast_shape("masked_select", self.shape, mask.shape)
         return self._broadcast_to(shape)[mask._broadcast_to(shape)]
-
-
-def _carries_gradient(x: Tensor) -> bool:
-    """Whether backward() could pass a gradient through x: it is computed from a tensor that requires grad."""
-    from ember.tensor import Tensor
-    if Tensor.no_grad or not Tensor._needs_grad: return False
-    graph = x.uop.toposort()
-    return any(t.uop in graph for t in list(Tensor._needs_grad.values()))
 
 
 def _broadcast_value(value: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
