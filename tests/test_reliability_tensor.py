@@ -343,3 +343,22 @@ def test_reading_a_tensor_keeps_its_gradient_like_torch(made: str, read: str) ->
     (y * y).sum().backward()
     (ty * ty).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+
+@pytest.mark.parametrize("op", [
+    pytest.param(lambda t: t.flip(0), id="flip_size_1"),
+    pytest.param(lambda t: t.roll(0, 0), id="roll_0"),
+    pytest.param(lambda t: t.roll(2, 1), id="roll_by_the_size"),
+    pytest.param(lambda t: t.pad((0, 0, 0, 0)) if isinstance(t, Tensor) else torch.nn.functional.pad(t, (0, 0, 0, 0)),
+                 id="pad_0"),
+    pytest.param(lambda t: Tensor.cat(t) if isinstance(t, Tensor) else torch.cat([t]), id="cat_of_one"),
+])
+def test_a_write_to_a_copying_ops_result_leaves_its_input_like_torch(op: Callable[[Any], Any]) -> None:
+    """flip, roll, pad and cat copy in torch even when they change nothing; ember returned the input object itself,
+    so a setitem on the result changed the input (found by the random-program fuzzer's review)."""
+    x, tx = Tensor([[1.0, 2.0]]) * 1, torch.tensor([[1.0, 2.0]]) * 1
+    y, ty = op(x), op(tx)
+    y[0, 0] = 5.0
+    ty[0, 0] = 5.0
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    np.testing.assert_array_equal(y.numpy(), ty.numpy())

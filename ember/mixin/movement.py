@@ -140,6 +140,11 @@ class MovementMixin:
     def _movement(self: Tensor, op: Ops, arg: Any) -> Tensor:
         return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
 
+    def _copy(self: Tensor) -> Tensor:
+        """self's value as a tensor of its own, for an op torch always copies (flip, roll, pad, cat) that changes
+        nothing here: a setitem on the result must leave self as it is."""
+        return self._wrap(self.uop)
+
     def reshape(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
         """The same elements in row-major order, in `shape` (one -1 is inferred)."""
         new = _shape_arg(shape)
@@ -207,7 +212,7 @@ class MovementMixin:
             return x.shrink(crop) if pads_first else x.shrink(crop).pad(grown, mode=mode, value=value)
         if mode != "constant": return self._pad_from_data(pairs, mode)
         arg = tuple((int(b), int(a)) for b, a in pairs)
-        if all(p == (0, 0) for p in arg): return self
+        if all(p == (0, 0) for p in arg): return self._copy()
         out = self._movement(Ops.PAD, arg)
         if value == 0: return out
         from ember.tensor import Tensor
@@ -247,7 +252,7 @@ class MovementMixin:
         if axis and dims is not None: either_axis("flip", axis, dims)
         axes = set(axis_list(self, _shape_arg(axis) if dims is None else dims, "flip"))
         flags = tuple(i in axes and s > 1 for i, s in enumerate(self.shape))
-        return self._movement(Ops.FLIP, flags) if any(flags) else self
+        return self._movement(Ops.FLIP, flags) if any(flags) else self._copy()
 
     # ---- composites ----------------------------------------------------------------------------------------------
 
@@ -530,4 +535,4 @@ class MovementMixin:
             if n == 0 or shift % n == 0: continue
             head, tail = x.split([n - shift % n, shift % n], d)
             x = tail.cat(head, dim=d)
-        return x
+        return x if x is not self else self._copy()
