@@ -285,13 +285,19 @@ def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
     gather's position read from a table (checked to be inside its axis) no `//` and `%` to split and rejoin it.
 
     Each bounded node is swapped for a variable with the narrower bounds, the offset simplified, and swapped back.
-    An offset computed by a reduction (a position that sort or topk found) is left alone: the swap would rebuild
-    that REDUCE as a second one over the same RANGEs, which two ENDs would then close."""
+    Every other load in the offset is swapped for a variable too, so that what the gate says never reaches its
+    gate: the loads of an offset run whether or not the outer gate holds (the linearizer hoists them), and a
+    gather's table read gated by the same condition lost its gate and read past its buffer. An offset computed by
+    a reduction (a position that sort or topk found) is left alone: the swap would rebuild that REDUCE as a second
+    one over the same RANGEs, which two ENDs would then close."""
     if any(u.op is Ops.REDUCE for u in i.toposort()): return None
     bounds = {r: b for r, b in gate_bounds(gate).items() if b[0] <= b[1] and b != (r.vmin, r.vmax)}
     if not bounds: return None
     narrow = {r: UOp.variable(f"gate{k}", lo, hi, r.dtype) for k, (r, (lo, hi)) in enumerate(bounds.items())}
-    simpler = substitute(graph_rewrite(substitute(i, narrow), symbolic), {v: r for r, v in narrow.items()})
+    opaque = {u: UOp.variable(f"load{k}", u.vmin, u.vmax, u.dtype) for k, u in
+              enumerate(u for u in i.toposort() if u.op is Ops.LOAD and u not in narrow)}
+    swapped = narrow | opaque
+    simpler = substitute(graph_rewrite(substitute(i, swapped), symbolic), {v: r for r, v in swapped.items()})
     return None if simpler is i else UOp(Ops.INDEX, x.dtype, (g, simpler, gate))
 
 

@@ -33,14 +33,25 @@ def no_tensor_level_ops(u: UOp) -> str | None:
     return None
 
 
+def reads_in_bounds(u: UOp) -> str | None:
+    """After rangeify: a read or write with no gate (or a gate that is always true) has an offset whose bounds lie
+    inside its buffer. The offset's loads and arithmetic run whatever a WHERE around them decides, so the gate
+    that keeps a position in bounds must stay on the INDEX itself."""
+    if u.op is not Ops.INDEX or u.src[0].op is not Ops.DEFINE_GLOBAL: return None
+    if len(u.src) > 2 and not (u.src[2].op is Ops.CONST and u.src[2].arg): return None
+    offset, size = u.src[1], u.src[0].dtype.size  # type: ignore[attr-defined]  # a DEFINE_GLOBAL's is a PtrDType
+    if 0 <= offset.vmin and offset.vmax < size: return None
+    return f"an ungated access of buffer {u.src[0].arg} ({size} elements) at offsets {offset.vmin}..{offset.vmax}"
+
+
 def no_reduce(u: UOp) -> str | None:
     """After lower: reductions are accumulator loops."""
     return "REDUCE survived lowering" if u.op is Ops.REDUCE else None
 
 
 STAGE_CHECKS: dict[str, list[Check]] = {
-    "rangeify": [alu_operands_agree, no_tensor_level_ops],
-    "lower": [alu_operands_agree, no_tensor_level_ops, no_reduce],
+    "rangeify": [alu_operands_agree, no_tensor_level_ops, reads_in_bounds],
+    "lower": [alu_operands_agree, no_tensor_level_ops, reads_in_bounds, no_reduce],
 }
 
 
