@@ -18,11 +18,18 @@ def _buffer(t: Tensor) -> Tensor:
     return t.requires_grad_(False)
 
 
-def add_running_stats(module: Module, num_features: int) -> None:
-    """Give a norm layer torch's running-statistics buffers (state-dict names included), left out of parameters()."""
-    module.running_mean = _buffer(Tensor.zeros(num_features))
-    module.running_var = _buffer(Tensor.ones(num_features))
-    module.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
+def init_norm(module: Module, num_features: int, eps: float, momentum: float | None, affine: bool,
+              track_running_stats: bool) -> None:
+    """What BatchNorm and InstanceNorm hold, as torch names it: weight and bias when affine, and with
+    track_running_stats the running-statistics buffers (left out of parameters())."""
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.weight = Tensor.ones(num_features) if affine else None
+    module.bias = Tensor.zeros(num_features) if affine else None
+    module.track_running_stats = track_running_stats
+    if track_running_stats:
+        module.running_mean = _buffer(Tensor.zeros(num_features))
+        module.running_var = _buffer(Tensor.ones(num_features))
+        module.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
 
 
 class BatchNorm(Module):
@@ -36,11 +43,7 @@ class BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
                  momentum: float | None = 0.1) -> None:
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.weight = Tensor.ones(num_features) if affine else None
-        self.bias = Tensor.zeros(num_features) if affine else None
-        self.track_running_stats = track_running_stats
-        if track_running_stats: add_running_stats(self, num_features)
+        init_norm(self, num_features, eps, momentum, affine, track_running_stats)
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self.num_features:
@@ -80,11 +83,7 @@ class _InstanceNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
                  track_running_stats: bool = False) -> None:
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.weight = Tensor.ones(num_features) if affine else None
-        self.bias = Tensor.zeros(num_features) if affine else None
-        self.track_running_stats = track_running_stats
-        if track_running_stats: add_running_stats(self, num_features)
+        init_norm(self, num_features, eps, momentum, affine, track_running_stats)
 
     def __call__(self, x: Tensor) -> Tensor:
         name, n = type(self).__name__, self.dims
