@@ -48,6 +48,7 @@ CACHE_MAX_MB = ContextVar("EMBER_CACHE_MAX_MB", 1024)
 # a NumericalFunction's first call with nothing compiled: 1 evaluates it with numpy while the native code builds in a
 # thread (export/interpreter.py), 0 waits for the compiler, 2 waits and checks that both give the same bits (tests)
 INTERPRET = ContextVar("INTERPRET", 1)
+NOOPT = ContextVar("NOOPT", 0)  # 1: kernels get no opts (no vectors, threads or tiles): the reference codegen
 UNROLL = ContextVar("UNROLL", 64)  # most STOREs rangeify unrolls a kernel's small branching output axes into; 0: none
 
 

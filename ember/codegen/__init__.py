@@ -2,29 +2,37 @@
 
 from __future__ import annotations
 
+from ember.codegen.expand import expand
+from ember.codegen.heuristic import hand_coded_opts
 from ember.codegen.linearize import linearize
 from ember.codegen.lowerer import lower
+from ember.codegen.opt import Opt, apply_opts
 from ember.codegen.periodic import split_periodic
 from ember.codegen.rangeify import rangeify
-from ember.helpers import DEBUG
+from ember.helpers import DEBUG, NOOPT
 from ember.renderer import ProgramSpec, Renderer
 from ember.uop.ops import GroupOp, Ops, UOp, print_graph
 
 
-def get_program(ast: UOp, renderer: Renderer, name: str | None = None) -> ProgramSpec:
-    """Lower a kernel AST from the scheduler to source for `renderer`'s device."""
+def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: list[Opt] | None = None) -> ProgramSpec:
+    """Lower a kernel AST from the scheduler to source for `renderer`'s device, with `opts` (None: the
+    heuristic's, none under NOOPT=1)."""
     sink = rangeify(ast)  # movement ops -> RANGE/INDEX/LOAD; index arithmetic simplified
     sink = split_periodic(sink)  # a loop that tests i % p for a small p: whole periods, one period unrolled
+    if opts is None: opts = [] if NOOPT else hand_coded_opts(sink, renderer)
+    name = name or kernel_name(ast)
+    sink = apply_opts(sink, opts, name)  # loops split into lanes and slices per core
+    sink = expand(sink, renderer)  # lanes -> vectors of the renderer's width, or unrolled copies
     sink = lower(sink)  # REDUCE -> accumulator loops; every RANGE closed by an END
     uops = linearize(sink)  # DAG -> ordered list
     if DEBUG >= 5: print(print_graph(sink))
-    name = name or kernel_name(ast)
     src = renderer.render(name, uops)
     flops, mem = estimate_work(uops)
     outputs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and
                             u.src[0].src[0].op is Ops.DEFINE_GLOBAL}))
     globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
-    return ProgramSpec(name, src, renderer.device, ast, uops, len(globals_), outputs, flops, mem)
+    threads = next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)
+    return ProgramSpec(name, src, renderer.device, ast, uops, len(globals_), outputs, flops, mem, tuple(opts), threads)
 
 
 def kernel_name(ast: UOp) -> str:
@@ -39,13 +47,13 @@ def kernel_name(ast: UOp) -> str:
 def estimate_work(uops: list[UOp]) -> tuple[int, int]:
     """(ALU ops, bytes loaded and stored) the kernel executes, counting each loop's trip count."""
     flops = mem = 0
-    trips = [1]
+    trips = [next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)]  # every core runs the kernel
     for u in uops:
         if u.op is Ops.RANGE: trips.append(trips[-1] * int(u.src[0].arg))
         elif u.op is Ops.END: trips.pop()
-        elif u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: flops += trips[-1]
+        elif u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: flops += trips[-1] * u.dtype.count
         elif u.op in (Ops.LOAD, Ops.STORE):
-            ptr = u.src[0]
-            if ptr.src[0].op is Ops.DEFINE_GLOBAL: mem += trips[-1] * ptr.dtype.base.itemsize
+            ptr, value = u.src[0], (u if u.op is Ops.LOAD else u.src[1])
+            if ptr.src[0].op is Ops.DEFINE_GLOBAL: mem += trips[-1] * ptr.dtype.base.itemsize * value.dtype.count
     return flops, mem
 

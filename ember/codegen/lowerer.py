@@ -2,7 +2,8 @@
 
 Before: `REDUCE(v, *ranges)` values; STOREs inside output RANGEs that nothing closes.
 After:  no REDUCE. Each became a register: set to the identity where the reduction starts, updated inside its ranges,
-        read after the END that closes them. Every RANGE is closed by exactly one END, innermost first:
+        read after the END that closes them. Every RANGE is closed by exactly one END, innermost first (reductions
+        over the same ranges share the loop):
 
     REDUCE(x[r1], r1, arg=ADD)
     -> acc = DEFINE_REG; init = STORE(acc[0], 0)
@@ -15,12 +16,15 @@ import itertools
 from dataclasses import dataclass, field
 
 from ember.dtype import AddrSpace, DType, dtypes
+from ember.helpers import SPEC
 from ember.uop.ops import Ops, UOp
-from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
+from ember.uop.spec import check_stage
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 
 
 def reduce_identity(op: Ops, dtype: DType) -> UOp:
-    """The value a reduction starts from: 0 for ADD, 1 for MUL, the smallest value for MAX."""
+    """The value a reduction starts from: 0 for ADD, 1 for MUL, the smallest value for MAX (in every lane)."""
+    if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (reduce_identity(op, dtype.scalar),) * dtype.count)
     if op is Ops.ADD: return UOp.const(dtype, 0)
     if op is Ops.MUL: return UOp.const(dtype, 1)
     assert op is Ops.MAX, f"no identity for reduction {op}"
@@ -75,6 +79,23 @@ pm_lower_reduce = PatternMatcher([
 ])
 
 
+def merge_loops(sink: UOp) -> UOp:
+    """ENDs closing the same RANGE become one END over a NOOP of their bodies, innermost range first: the copies of
+    a reduction that expand.py makes (one accumulator each) update their accumulators in one loop."""
+    while True:
+        ends: dict[UOp, list[UOp]] = {}
+        for u in sink.toposort():
+            if u.op is Ops.END: ends.setdefault(u.src[1], []).append(u)
+        shared = [r for r, closing in ends.items() if len(closing) > 1]
+        if not shared: return sink
+        rng = max(shared, key=lambda r: r.arg.axis)
+        merged = UOp(Ops.END, dtypes.void, (UOp(Ops.NOOP, dtypes.void, tuple(e.src[0] for e in ends[rng])), rng))
+        sink = substitute(sink, dict.fromkeys(ends[rng], merged))
+
+
 def lower(sink: UOp) -> UOp:
     """The kernel with reductions as accumulator loops and every loop closed (see the module docstring)."""
-    return graph_rewrite(sink, pm_lower_reduce, ctx=LowerContext(), name="lower")
+    sink = merge_loops(graph_rewrite(sink, pm_lower_reduce, ctx=LowerContext(), name="lower reductions"))
+    if SPEC:
+        check_stage(sink, "lower")
+    return sink

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import math
 
-from ember.codegen.rangeify import pm_simplify_gated_index, substitute
+from ember.codegen.rangeify import pm_simplify_gated_index
 from ember.dtype import dtypes
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import symbolic
-from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 
 PERIOD_LIMIT = 12  # the largest period unrolled (its copies multiply the loop body): a banded CSC pattern repeats
 # every (band width) x (colors) nonzeros, 9 for a tridiagonal one

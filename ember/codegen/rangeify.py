@@ -28,7 +28,7 @@ from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import UNROLL, prod, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import symbolic
-from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 
 
 @dataclass
@@ -301,12 +301,6 @@ def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
     return None if simpler is i else UOp(Ops.INDEX, x.dtype, (g, simpler, gate))
 
 
-def substitute(x: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    """x with every node in `mapping` replaced."""
-    return graph_rewrite(x, pm_substitute, ctx=mapping, bottom_up=True)
-
-
-pm_substitute = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
 pm_simplify_gated_index = PatternMatcher([
     (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("i"), UPat.var("gate")), name="x"),
      simplify_gated_index),

@@ -62,13 +62,14 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
         dev = Device[device]
         spec = cached_program(ast, dev.renderer)
         if DEBUG >= 4: print(spec.src)
-        _runners[key] = CompiledRunner(spec, dev.program(spec.name, dev.compiler.compile_cached(spec.src)))
+        lib = dev.compiler.compile_cached(spec.src)
+        _runners[key] = CompiledRunner(spec, dev.program(spec.name, lib, threads=spec.threads))
     return _runners[key]
 
 
 # ---- the program cache -------------------------------------------------------------------------------------------
 
-PROGRAM_FORMAT = "ember program 2"  # bump when the entry's fields change
+PROGRAM_FORMAT = "ember program 3"  # bump when the entry's fields change
 # flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
 NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB"})
 
@@ -90,7 +91,7 @@ def cached_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
         if (spec := spec_from_json(data, ast, digest)) is not None: return spec
         discard_damaged(path, "not a program entry for this kernel (unreadable, altered, or another kernel's)")
     spec = get_program(ast, renderer)
-    if not spec.opts: cache_write(path, spec_to_json(spec, digest))  # chosen opts would need their own encoding
+    cache_write(path, spec_to_json(spec, digest))
     return spec
 
 
@@ -106,7 +107,8 @@ def spec_to_json(spec: ProgramSpec, key: str) -> bytes:
     """What get_runner and run_schedule read of a spec, as the cache entry under `key`. Its checksum covers the key
     and every field, so that a damaged entry, or another kernel's entry copied over this one, is found."""
     fields = {"name": spec.name, "src": spec.src, "device": spec.device, "buffer_count": spec.buffer_count,
-              "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes}
+              "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes, "threads": spec.threads,
+              "opts": [str(o) for o in spec.opts]}
     return json.dumps({**fields, "sha256": entry_checksum(key, fields)}).encode()
 
 
@@ -120,12 +122,12 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
         d = json.loads(data)
         if entry_checksum(key, {k: v for k, v in d.items() if k != "sha256"}) != d["sha256"]: return None
         src, outputs = d["src"], tuple(d["outputs"])
-        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], *outputs)
+        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], d["threads"], *outputs)
         if not (isinstance(src, str) and isinstance(d["name"], str) and isinstance(d["device"], str) and
-                all(type(n) is int for n in counts)):
+                all(type(n) is int for n in counts) and all(isinstance(o, str) for o in d["opts"])):
             return None
         return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
-                           d["mem_bytes"])
+                           d["mem_bytes"], tuple(d["opts"]), d["threads"])
     except (ValueError, KeyError, TypeError, AttributeError):  # JSONDecodeError and UnicodeDecodeError included
         return None
 

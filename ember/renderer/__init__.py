@@ -21,13 +21,18 @@ class Renderer:
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None
     shared_max: int = 0  # bytes of shared memory a workgroup may use
-    vector_widths: tuple[int, ...] = (1,)  # lane counts of the float vectors it can load, store and compute on
+    vector_bytes: int = 0  # the width of the vectors it computes on (0: none; expand.py builds lanes one by one)
+    cores: int = 1  # how many slices a THREAD opt may run at once
     tensor_cores: tuple = ()  # matrix-multiply units kernels may use (none are used yet)
     supported_ops: frozenset[Ops] = frozenset()  # ALU ops it renders; lowering decomposes the others
 
     def render(self, name: str, uops: list[UOp]) -> str:
         """Source code of a kernel called `name` from its linearized uops."""
         raise NotImplementedError
+
+    def renders_vector(self, u: UOp) -> bool:
+        """Whether it has the vector node `u` (expand.py builds the lanes of the others one by one)."""
+        return False
 
 
 @dataclass(frozen=True)
@@ -43,4 +48,5 @@ class ProgramSpec:
     outputs: tuple[int, ...]  # which buffer slots the kernel writes
     flops: int  # ALU ops executed
     mem_bytes: int  # bytes loaded and stored (upper bound: every access counted)
-    opts: tuple = ()
+    opts: tuple = ()  # the Opts applied (codegen/opt.py)
+    threads: int = 1  # how many times the kernel runs, once per core (its `core` argument 0 .. threads-1)

@@ -11,6 +11,8 @@ import math
 
 from ember.dtype import AddrSpace, DType, PtrDType, dtypes, float_to_int_via
 from ember.renderer import Renderer
+from ember.renderer.cvector import c_type as vector_c_type
+from ember.renderer.cvector import mask_type, pm_render_vector, renders_vector, vector_prelude
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -38,7 +40,9 @@ static inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
 
 
 def c_type(dtype: DType) -> str:
-    """The C type of a value; bfloat16 values compute in float, and memory holds their 16 bits."""
+    """The C type of a value; bfloat16 values compute in float, and memory holds their 16 bits. A vector is a GCC
+    vector type named for its lanes (`f32x8`), declared by `vector_prelude`."""
+    if dtype.count > 1 or (isinstance(dtype, PtrDType) and dtype.base.count > 1): return vector_c_type(dtype)
     if isinstance(dtype, PtrDType):
         return "uint16_t*" if dtype.base.scalar is dtypes.bfloat16 else c_type(dtype.base) + "*"
     if dtype.scalar is dtypes.bfloat16: return "float"
@@ -176,8 +180,26 @@ class CRenderer(Renderer):
     kernel_attribute = ""  # what each kernel is declared with, before its `void`
     matcher = pm_render_c
 
+    vector_bytes = 0  # set by the CPU device from the CPU it runs on
+
+    def __init__(self, vector_bytes: int = 0, cores: int = 1) -> None:
+        self.vector_bytes, self.cores = vector_bytes, cores
+
+    def renders_vector(self, u: UOp) -> bool:
+        return self.vector_bytes > 0 and renders_vector(u)
+
     def render(self, name: str, uops: list[UOp]) -> str:
-        return self.prelude + self.render_function(name, uops)
+        src = self.prelude + vector_prelude(uops) + self.render_function(name, uops)
+        return src + (self.render_task(name, uops) if any(u.op is Ops.SPECIAL for u in uops) else "")
+
+    def render_task(self, name: str, uops: list[UOp]) -> str:
+        """`{name}_task(args, core)`: the kernel called with its arguments from an array, the form the CPU's thread
+        pool runs (runtime/ops_cpu.py): buffers by slot, then variables as integers."""
+        globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
+        args = [f"({c_type(g.dtype)})args[{i}]" for i, g in enumerate(globals_)]
+        args += [f"({c_type(v.dtype)})(intptr_t)args[{len(globals_) + i}]" for i, v in enumerate(variables)]
+        return f"void {name}_task(void **args, int32_t core) {{ {name}({', '.join([*args, 'core'])}); }}\n"
 
     def render_function(self, name: str, uops: list[UOp]) -> str:
         """The kernel as one C function, without the prelude."""
@@ -201,6 +223,9 @@ class CRenderer(Renderer):
             elif u.op is Ops.DEFINE_VAR:
                 names[u] = u.arg.name
                 params.append((1 << 30, f"const {c_type(u.dtype)} {u.arg.name}"))
+            elif u.op is Ops.SPECIAL:  # the slice of a threaded kernel this call runs
+                names[u] = "core"
+                params.append((1 << 31, "const int32_t core"))
             elif u.op is Ops.DEFINE_REG:
                 names[u] = fresh("acc")
                 body.append(f"{pad}{c_type(u.dtype.base)} {names[u]}[{u.dtype.size}];")
@@ -212,19 +237,23 @@ class CRenderer(Renderer):
             elif u.op is Ops.END:
                 depth -= 1
                 body.append("  " * depth + "}")
+            elif u.op is Ops.STORE and u.src[1].dtype.count > 1 and u.src[0].dtype.addrspace is not AddrSpace.REG:
+                body.append(f"{pad}store_{c_type(u.src[1].dtype)}({names[u.src[0]]}, {names[u.src[1]]});")
             elif u.op is Ops.STORE:
                 value = f"bf16_bits({names[u.src[1]]})" if _is_bf16_memory(u.src[0]) else names[u.src[1]]
                 body.append(f"{pad}*{names[u.src[0]]} = {value};")
             elif u.op in (Ops.SINK, Ops.NOOP):
                 continue
             else:
-                code = self.matcher.rewrite(u, ctx=names)
+                vector = (u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)) or u.op is Ops.GEP
+                code = (pm_render_vector if vector else self.matcher).rewrite(u, ctx=names)
                 if code is None: raise NotImplementedError(f"C renderer: cannot render {u.op.name} ({u.dtype})")
                 if u.op in _INLINE:
                     names[u] = code
                 else:
                     if u.dtype.scalar is dtypes.bfloat16 and u.op is not Ops.LOAD: code = f"bf16_round({code})"
                     names[u] = fresh("val" if u.op is Ops.LOAD else "alu")
-                    body.append(f"{pad}const {c_type(u.dtype)} {names[u]} = {code};")
+                    ctype = mask_type(u) if u.dtype.is_bool and u.dtype.count > 1 else c_type(u.dtype)
+                    body.append(f"{pad}const {ctype} {names[u]} = {code};")
         signature = f"{self.linkage}{self.kernel_attribute}void {name}({', '.join(p for _, p in sorted(params))})"
         return signature + " {\n" + "\n".join(body) + "\n}\n"

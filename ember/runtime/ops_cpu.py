@@ -154,11 +154,97 @@ def describe_compile_error(compiler: str, src: str, output: str) -> str:
     return f"{compiler} failed to compile a kernel:\n{output.strip()}\n--- source ---\n{listing}"
 
 
-class CPUProgram:
-    """A compiled kernel: loads the shared object and calls the function with buffer pointers."""
+def vector_bytes(target: str) -> int:
+    """The widest vectors the CPU `target` names (native_target's text) computes on: AVX-512 64 bytes, AVX 32,
+    SSE2 and NEON 16; 0 for a CPU none of these is known on (kernels stay scalar there)."""
+    words = set(target.replace(",", " ").split())
+    def has(feature: str) -> bool: return bool({f"-m{feature}", f"+{feature}", feature} & words)
+    if has("avx512f"): return 64
+    if has("avx2") or has("avx"): return 32
+    if has("sse2") or "x86_64" in target or "x86-64" in target or has("neon") or has("asimd"): return 16
+    return 0
 
-    def __init__(self, name: str, lib: bytes) -> None:
-        self.name = name
+
+def cpu_cores() -> int:
+    """The cores this process may run on (os.sched_getaffinity), or $EMBER_THREADS where set."""
+    if (threads := os.getenv("EMBER_THREADS")): return max(1, int(threads))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# A persistent pool: worker k runs slice k of a threaded kernel, the caller slice 0. Workers spin a while after a
+# kernel (the next one usually follows within microseconds), then sleep on a condition variable. One kernel at a
+# time: a second caller (another Python thread) waits for the first; a forked child starts its own workers.
+POOL_SOURCE = """#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <unistd.h>
+typedef void (*task_fn)(void **args, int32_t core);
+static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER, wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static atomic_uint generation;
+static atomic_int remaining;
+static task_fn task;
+static void **task_args;
+static int started, owner_pid;
+static unsigned first_seen[1024];  /* the generation each worker was started in: it runs the ones after */
+#define SPINS 200000
+static void *worker(void *arg) {
+  int core = (int)(intptr_t)arg;
+  unsigned seen = first_seen[core];
+  for (;;) {
+    for (int spin = 0; atomic_load_explicit(&generation, memory_order_acquire) == seen; spin++) {
+      if (spin < SPINS) { sched_yield(); continue; }
+      pthread_mutex_lock(&wake_lock);
+      while (atomic_load(&generation) == seen) pthread_cond_wait(&wake, &wake_lock);
+      pthread_mutex_unlock(&wake_lock);
+    }
+    seen = atomic_load(&generation);
+    task(task_args, core);
+    atomic_fetch_sub_explicit(&remaining, 1, memory_order_release);
+  }
+  return 0;
+}
+int ember_pool_run(task_fn fn, void **args, int32_t threads) {
+  pthread_mutex_lock(&run_lock);
+  if (owner_pid != getpid()) { started = 0; owner_pid = getpid(); }  /* a forked child has no workers */
+  if (threads > 1024) threads = 1024;
+  for (; started < threads - 1; started++) {
+    pthread_t t;
+    first_seen[started + 1] = atomic_load(&generation);
+    if (pthread_create(&t, 0, worker, (void *)(intptr_t)(started + 1))) break;
+    pthread_detach(t);
+  }
+  if (started < threads - 1) { pthread_mutex_unlock(&run_lock); return -1; }
+  task = fn; task_args = args;
+  atomic_store(&remaining, threads - 1);
+  pthread_mutex_lock(&wake_lock);
+  atomic_fetch_add_explicit(&generation, 1, memory_order_release);
+  pthread_cond_broadcast(&wake);
+  pthread_mutex_unlock(&wake_lock);
+  fn(args, 0);
+  while (atomic_load_explicit(&remaining, memory_order_acquire) > 0) sched_yield();
+  pthread_mutex_unlock(&run_lock);
+  return 0;
+}
+"""
+
+
+@functools.cache
+def thread_pool(compiler: CCompiler) -> Any:
+    """The pool's `ember_pool_run(task, args, threads)`, compiled once per compiler (cached like a kernel)."""
+    lib = compiler.compile_cached(POOL_SOURCE)
+    run = ctypes.CDLL(loadable_file(f"ember_pool-{hashlib.sha256(lib).hexdigest()[:20]}.so", lib)).ember_pool_run
+    run.argtypes, run.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32], ctypes.c_int
+    return run
+
+
+class CPUProgram:
+    """A compiled kernel: loads the shared object and calls the function with buffer pointers. A threaded kernel
+    (threads > 1) runs on the thread pool, once per core, each call given its slice; ctypes releases the GIL."""
+
+    def __init__(self, name: str, lib: bytes, threads: int = 1, compiler: CCompiler | None = None) -> None:
+        self.name, self.threads = name, threads
         self.path = loadable_file(f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so", lib)
         try:
             self.lib = ctypes.CDLL(self.path)
@@ -168,11 +254,17 @@ class CPUProgram:
             self.lib = ctypes.CDLL(self.path)
         self.fn = getattr(self.lib, name)
         self.fn.restype = None
+        if threads > 1:
+            self.pool = thread_pool(compiler or CCompiler())
+            self.task = ctypes.cast(getattr(self.lib, f"{name}_task"), ctypes.c_void_p)
 
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
-        args = [ctypes.c_void_p(b.ctypes.data) for b in bufs] + [ctypes.c_int32(v) for v in vals]
         start = time.perf_counter() if wait else 0.0
-        self.fn(*args)
+        if self.threads > 1:
+            args = (ctypes.c_void_p * (len(bufs) + len(vals)))(*(b.ctypes.data for b in bufs), *vals)
+            if self.pool(self.task, args, self.threads) != 0: raise RuntimeError(f"{self.name}: no threads started")
+        else:
+            self.fn(*[ctypes.c_void_p(b.ctypes.data) for b in bufs], *[ctypes.c_int32(v) for v in vals])
         return time.perf_counter() - start if wait else None
 
 
@@ -191,4 +283,7 @@ def loadable_file(name: str, lib: bytes) -> str:
 
 
 def open_device() -> Compiled:
-    return Compiled("CPU", Allocator(), CRenderer(), CCompiler(), CPUProgram)
+    compiler = CCompiler()
+    renderer = CRenderer(vector_bytes(native_target(compiler.cc)), cpu_cores())
+    return Compiled("CPU", Allocator(), renderer, compiler,
+                    functools.partial(CPUProgram, compiler=compiler))

@@ -306,7 +306,9 @@ def _compute_min_max(u: UOp) -> tuple[ConstType, ConstType]:
     if u.op is Ops.CONST: return u.arg, u.arg
     if u.op is Ops.DEFINE_VAR: return u.arg.min, u.arg.max
     if u.op is Ops.RANGE: return 0, max(0, u.src[0].vmax - 1)
-    if u.op is Ops.AFTER: return u.src[0].vmin, u.src[0].vmax
+    if u.op in (Ops.AFTER, Ops.GEP): return u.src[0].vmin, u.src[0].vmax  # a lane of a vector: its bounds hold
+    if u.op is Ops.SPECIAL: return 0, max(0, u.src[0].vmax - 1)
+    if u.op is Ops.VECTORIZE: return min(s.vmin for s in u.src), max(s.vmax for s in u.src)
     if not (d.is_int or d.is_bool) or not u.src: return full
     s = [x._min_max for x in u.src]  # type: ignore[attr-defined]  # filled by _bottom_up before us
     (a0, a1), (b0, b1) = s[0], s[1] if len(s) > 1 else (0, 0)

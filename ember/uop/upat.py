@@ -234,3 +234,11 @@ def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, *, bottom_
     for u in sink.toposort():  # bottom-up may replace a node before seeing what lies below it: rewrite those too
         if u not in replace: _rewrite_graph(u, pm, ctx, bottom_up, name, replace)
     return {u: replace[u] for u in sink.toposort()}
+
+
+pm_substitute = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
+
+
+def substitute(x: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """x with every node in `mapping` replaced."""
+    return graph_rewrite(x, pm_substitute, ctx=mapping, bottom_up=True)

@@ -1,0 +1,198 @@
+"""Expand: lane ranges (UPCAST, UNROLL) become vector lanes or unrolled copies. After opt.py, before lower.
+
+Before: a kernel from apply_opts, with RANGEs of kind UPCAST (output lanes) and UNROLL (reduce lanes).
+After:  no such RANGE. The vector range (the first one applied: the smallest axis id) becomes lanes of vectors,
+        `width` at a time (a chunk); every other lane range becomes one copy of the code per value. Each value is
+        a vector where the renderer has the op at that type (`Renderer.renders_vector`), else its lanes one by one
+        (devectorized: GEP out of vectors, VECTORIZE back where a vector is needed). An access whose offsets are
+        consecutive across the lanes is one vector LOAD/STORE, other accesses go lane by lane. A REDUCE becomes one
+        per copy, each its own accumulator (a vector one where its value is), combined after the loop; over the
+        vector range, the lanes are combined last:
+
+    sum_r x[r] with Opt(UNROLL, 0, 16), width 8
+    -> (acc0 = sum_r' x[16r' : 16r'+8]) + (acc1 = sum_r' x[16r'+8 : 16r'+16]), then the 8 lanes added in order.
+
+The REDUCEs of the copies share one loop (lower.py merges loops over the same ranges).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from ember.codegen.opt import LANE_KINDS, range_size
+from ember.renderer import Renderer
+from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.symbolic import symbolic
+from ember.uop.upat import graph_rewrite
+
+Lanes = UOp | tuple[UOp, ...]  # a vector UOp, a scalar (the same in every lane), or one scalar per lane
+
+
+@functools.cache
+def simplify(x: UOp) -> UOp:
+    return graph_rewrite(x, symbolic)
+
+
+@dataclass
+class Expander:
+    """Builds the expanded value of each node under an environment: a value per unrolled range, the first lane of
+    the chunk for the vector range."""
+
+    renderer: Renderer
+    vector: UOp | None  # the range whose lanes become vector lanes
+    width: int  # lanes per chunk
+    touched: set[UOp] = field(default_factory=set)  # the nodes a lane range lies under: the rest stay as they are
+    memo: dict = field(default_factory=dict)
+
+    def chunks(self) -> range:
+        assert self.vector is not None
+        return range(0, range_size(self.vector), self.width)
+
+    # ---- lanes ---------------------------------------------------------------------------------------------------
+
+    def as_vector(self, x: Lanes) -> UOp:
+        if isinstance(x, tuple): return UOp(Ops.VECTORIZE, x[0].dtype.vec(self.width), x)
+        if x.dtype.count > 1: return x
+        return UOp(Ops.VECTORIZE, x.dtype.vec(self.width), (x,) * self.width)
+
+    def lane(self, x: Lanes, i: int) -> UOp:
+        if isinstance(x, tuple): return x[i]
+        if x.dtype.count == 1: return x
+        return x.src[i] if x.op is Ops.VECTORIZE else UOp(Ops.GEP, x.dtype.scalar, (x,), i)
+
+    def lanes(self, x: Lanes) -> tuple[UOp, ...]:
+        return tuple(self.lane(x, i) for i in range(self.width))
+
+    def is_scalar(self, x: Lanes) -> bool:
+        return not isinstance(x, tuple) and x.dtype.count == 1
+
+    def build(self, x: UOp, srcs: list[Lanes]) -> Lanes:
+        """`x`'s op over expanded sources: scalar if they all are, a vector op where some source is a vector and the
+        renderer has the op, else lane by lane."""
+        if all(self.is_scalar(s) for s in srcs): return x.replace(src=tuple(srcs))  # type: ignore[arg-type]
+        if any(not isinstance(s, tuple) and s.dtype.count > 1 for s in srcs):
+            wide = x.replace(dtype=x.dtype.vec(self.width), src=tuple(self.as_vector(s) for s in srcs))
+            if self.renderer.renders_vector(wide): return wide
+        return tuple(x.replace(src=tuple(self.lane(s, i) for s in srcs)) for i in range(self.width))
+
+    def index(self, x: UOp, env: dict[UOp, int]) -> Lanes:
+        """An address or gate expression: one simplified scalar, or one per lane."""
+        out = self.value(x, env)
+        if self.is_scalar(out): return simplify(out)  # type: ignore[arg-type]
+        return tuple(simplify(v) for v in self.lanes(out))
+
+    def consecutive(self, offsets: Lanes) -> bool:
+        if not isinstance(offsets, tuple): return False
+        first = offsets[0]
+        return all((d := simplify(o - first)).op is Ops.CONST and d.arg == i for i, o in enumerate(offsets))
+
+    # ---- values --------------------------------------------------------------------------------------------------
+
+    def value(self, x: UOp, env: dict[UOp, int]) -> Lanes:
+        if x not in self.touched: return x
+        key = (x, tuple((r, env[r]) for r in x.ranges if r in env))
+        if key not in self.memo: self.memo[key] = self.expand_node(x, env)
+        return self.memo[key]
+
+    def expand_node(self, x: UOp, env: dict[UOp, int]) -> Lanes:
+        if x.op is Ops.RANGE:
+            if x is self.vector: return tuple(UOp.const(x.dtype, env[x] + i) for i in range(self.width))
+            return UOp.const(x.dtype, env[x])
+        if x.op is Ops.LOAD: return self.load(x, env)
+        if x.op is Ops.REDUCE: return self.reduce(x, env)
+        if x.op in GroupOp.Elementwise: return self.build(x, [self.value(s, env) for s in x.src])
+        raise NotImplementedError(f"expand: no rule for {x.op.name} over a lane range")
+
+    def access(self, idx: UOp, env: dict[UOp, int]) -> tuple[Lanes, Lanes | None, bool]:
+        """(offsets, gate, whether one vector access does): consecutive offsets under one gate."""
+        offsets = self.index(idx.src[1], env)
+        gate = self.index(idx.src[2], env) if len(idx.src) > 2 else None
+        return offsets, gate, self.consecutive(offsets) and (gate is None or self.is_scalar(gate))
+
+    def at(self, idx: UOp, offsets: Lanes, gate: Lanes | None, i: int | None = None) -> UOp:
+        """The INDEX of lane i (or of the first lane, for a vector access)."""
+        src = (idx.src[0], self.lane(offsets, i or 0)) + (() if gate is None else (self.lane(gate, i or 0),))
+        return idx.replace(src=src)
+
+    def load(self, x: UOp, env: dict[UOp, int]) -> Lanes:
+        offsets, gate, whole = self.access(x.src[0], env)
+        if self.is_scalar(offsets) and (gate is None or self.is_scalar(gate)):
+            return x.replace(src=(self.at(x.src[0], offsets, gate),))
+        if whole:
+            wide = UOp(Ops.LOAD, x.dtype.vec(self.width), (self.at(x.src[0], offsets, gate),))
+            if self.renderer.renders_vector(wide): return wide
+        return tuple(x.replace(src=(self.at(x.src[0], offsets, gate, i),)) for i in range(self.width))
+
+    def reduce(self, x: UOp, env: dict[UOp, int]) -> Lanes:
+        """One REDUCE per copy (its own accumulator) over the loops that stay, combined after them."""
+        value, op = x.src[0], x.arg
+        loops = tuple(r for r in x.src[1:] if r.arg.kind not in LANE_KINDS)
+        copies = [r for r in x.src[1:] if r.arg.kind in LANE_KINDS and r is not self.vector]
+        over_lanes = self.vector in x.src[1:]
+        parts: list[Lanes] = []
+        for values in itertools.product(*(range(range_size(r)) for r in copies),
+                                        self.chunks() if over_lanes else (None,)):
+            inner = {**env, **dict(zip(copies, values[:-1], strict=True))}
+            if over_lanes: inner[self.vector] = values[-1]  # type: ignore[index]
+            part = self.value(value, inner)
+            if over_lanes and self.is_scalar(part): part = (part,) * self.width  # type: ignore[assignment]
+            parts.append(self.reduce_loops(part, loops, x))
+        total = functools.reduce(lambda a, b: self.build(UOp(op, x.dtype, (value, value)), [a, b]), parts)
+        if not over_lanes: return total
+        return functools.reduce(lambda a, b: UOp(op, x.dtype, (a, b)), self.lanes(total))
+
+    def reduce_loops(self, part: Lanes, loops: tuple[UOp, ...], x: UOp) -> Lanes:
+        if not loops: return part
+        if isinstance(part, tuple): return tuple(x.replace(src=(p, *loops)) for p in part)
+        return x.replace(dtype=part.dtype, src=(part, *loops))
+
+    def store(self, st: UOp) -> list[UOp]:
+        idx, value = st.src[0], st.src[1]
+        lane_ranges = [r for r in st.ranges if r.arg.kind in LANE_KINDS]
+        copies = [r for r in lane_ranges if r is not self.vector]
+        out: list[UOp] = []
+        for values in itertools.product(*(range(range_size(r)) for r in copies),
+                                        self.chunks() if self.vector in lane_ranges else (None,)):
+            env = dict(zip(copies, values[:-1], strict=True))
+            if values[-1] is not None: env[self.vector] = values[-1]  # type: ignore[index]
+            offsets, gate, whole = self.access(idx, env)
+            v = self.value(value, env)
+            if self.is_scalar(offsets) and (gate is None or self.is_scalar(gate)) and self.is_scalar(v):
+                out.append(st.replace(src=(self.at(idx, offsets, gate), v)))  # type: ignore[arg-type]
+                continue
+            if whole and not value.dtype.is_bool:
+                wide = st.replace(src=(self.at(idx, offsets, gate), self.as_vector(v)))
+                if self.renderer.renders_vector(wide):
+                    out.append(wide)
+                    continue
+            out += [st.replace(src=(self.at(idx, offsets, gate, i), self.lane(v, i))) for i in range(self.width)]
+        return out
+
+
+def vector_width(sink: UOp, vector: UOp, renderer: Renderer) -> int:
+    """Lanes per chunk: as many of the kernel's widest element as fill the renderer's vector, at most the range's
+    size, a power of two dividing it (1: no vectors, the range unrolls into copies)."""
+    widest = max((u.dtype.itemsize for u in sink.toposort() if u.op in (Ops.LOAD, Ops.STORE, Ops.REDUCE)
+                  and u.dtype.itemsize), default=4)
+    width = max(1, renderer.vector_bytes // widest)
+    size = range_size(vector)
+    return math.gcd(width, size & -size)
+
+
+def expand(sink: UOp, renderer: Renderer) -> UOp:
+    """The kernel with no lane ranges (see the module docstring)."""
+    lane_ranges = sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind in LANE_KINDS},
+                         key=lambda r: r.arg.axis)
+    if not lane_ranges: return sink
+    vector = lane_ranges[0]
+    width = vector_width(sink, vector, renderer)
+    touched: set[UOp] = set()
+    for u in sink.toposort():
+        if u in lane_ranges or any(s in touched for s in u.src): touched.add(u)
+    expander = Expander(renderer, vector if width > 1 else None, width, touched)
+    out: list[UOp] = []
+    for s in sink.src: out += expander.store(s) if s.op is Ops.STORE else [s]
+    return sink.replace(src=tuple(out))

@@ -1,0 +1,85 @@
+"""Hand-written opts: what a kernel should get without a search, from its loops and its memory accesses.
+
+In: a rangeified kernel and the renderer (its vector width and cores). Out: a list of Opts (codegen/opt.py).
+
+- Vectors: the axis most accesses walk with stride 1 (ties: an output axis, the innermost) is cut into lanes of the
+  renderer's width, UPCAST for an output axis (a row of a matmul, an elementwise kernel), UNROLL for a reduce axis
+  (a row sum: partial sums in the lanes, and several vectors of them, independent, so additions overlap).
+- Register tiles: a kernel that reduces and vectorizes an output axis (matmul, convolution) also unrolls a second
+  output axis by R and its vector axis by V vectors, R*V accumulators that fit the register file, so each load
+  of an operand feeds several fused multiply-adds.
+- Threads: a kernel with enough work splits an output axis across the cores (the first one that divides evenly).
+"""
+
+from __future__ import annotations
+
+from ember.codegen.opt import Opt, OptOps, apply_opt, kernel_axes, range_size
+from ember.dtype import dtypes
+from ember.helpers import prod
+from ember.renderer import Renderer
+from ember.uop.ops import AxisKind, Ops, UOp
+from ember.uop.symbolic import symbolic
+from ember.uop.upat import graph_rewrite, substitute
+
+THREAD_WORK = 1 << 16  # iterations of the innermost body (lanes counted) below which a kernel stays on one core
+VECTOR_REGISTERS = {64: 32, 32: 16, 16: 16}  # by vector width in bytes: x86's zmm, ymm and xmm register files
+
+
+def stride_one(offset: UOp, rng: UOp) -> bool:
+    """Whether the access at `offset` moves to the next element when `rng` steps by one."""
+    if rng not in offset.ranges: return False
+    other = rng.replace(arg=type(rng.arg)(-1, rng.arg.kind))  # rng itself in rng + 1 would be substituted again
+    step = graph_rewrite(substitute(offset, {rng: other + 1}) - substitute(offset, {rng: other}), symbolic)
+    return step.op is Ops.CONST and step.arg == 1
+
+
+def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
+    """The opts for `sink` (see the module docstring); [] where none apply."""
+    nodes = list(sink.toposort())
+    if renderer.vector_bytes == 0 and renderer.cores <= 1: return []
+    if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in nodes): return []  # symbolic loop sizes
+    axes = kernel_axes(sink)
+    if not axes: return []
+    offsets = [u.src[1] for u in nodes if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL]
+    stored = [u.src[0].src[1] for u in nodes if u.op is Ops.STORE]
+    widest = max((u.dtype.itemsize for u in nodes if u.op in (Ops.LOAD, Ops.STORE) and u.dtype != dtypes.void),
+                 default=4)
+    lanes = renderer.vector_bytes // widest
+    outputs = [a for a in axes if a.arg.kind is not AxisKind.REDUCE]
+    reduces = [a for a in axes if a.arg.kind is AxisKind.REDUCE]
+    opts: list[Opt] = []
+
+    def add(op: OptOps, rng: UOp, amount: int) -> UOp | None:
+        """Apply op to the axis `rng` names now; the outer part of the split (None where none is left)."""
+        nonlocal sink
+        current = kernel_axes(sink)
+        position = next(i for i, a in enumerate(current) if a.arg.axis == rng.arg.axis)
+        opts.append(Opt(op, position, amount))
+        sink = apply_opt(sink, opts[-1])
+        return next((a for a in kernel_axes(sink) if a.arg.axis == rng.arg.axis), None)
+
+    vector = None
+    if lanes >= 2:
+        scores = {a: sum(stride_one(o, a) for o in offsets) for a in axes if range_size(a) % lanes == 0}
+        scores = {a: s for a, s in scores.items() if s and (a.arg.kind is AxisKind.REDUCE or
+                                                           all(stride_one(o, a) for o in stored))}
+        if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
+    if vector is not None and vector.arg.kind is AxisKind.REDUCE:
+        add(OptOps.UNROLL, vector, lanes * next(n for n in (4, 2, 1) if range_size(vector) % (lanes * n) == 0))
+    elif vector is not None and reduces and len(outputs) >= 2:  # a register tile: r rows x v vectors
+        rows = max((a for a in outputs if a is not vector), key=lambda a: a.arg.axis)
+        registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
+        tiles = [(r, v) for r in (8, 6, 4, 3, 2, 1) for v in (4, 3, 2, 1) if r * v + v + 1 <= registers and
+                 range_size(rows) % r == 0 and range_size(vector) % (lanes * v) == 0]
+        r, v = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - 2 * t[1])))
+        add(OptOps.UPCAST, vector, lanes * v)
+        if r > 1: add(OptOps.UPCAST, rows, r)
+    elif vector is not None:
+        add(OptOps.UPCAST, vector, lanes)
+    work = prod(range_size(a) for a in axes)
+    if renderer.cores > 1 and work >= THREAD_WORK:
+        for a in kernel_axes(sink):
+            if a.arg.kind is not AxisKind.REDUCE and range_size(a) % renderer.cores == 0:
+                add(OptOps.THREAD, a, renderer.cores)
+                break
+    return opts

@@ -1,0 +1,96 @@
+"""Kernel optimizations as values: `Opt(op, axis, amount)`, checked and applied to a rangeified kernel.
+
+Before: rangeify's `SINK(STORE, ...)` (see rangeify.py), its loops RANGEs of kind GLOBAL/LOOP (output) and REDUCE.
+After:  the same kernel with some loops split. `Opt(UPCAST, a, n)` splits output axis `a` (size S, n dividing S)
+        into `a_outer*n + a_lane`, `a_lane` a RANGE of kind UPCAST that expand.py turns into vector lanes or
+        unrolled copies; UNROLL does the same to a reduce axis (kind UNROLL); `Opt(THREAD, a, n)` splits it into
+        `core*(S/n) + a_inner`, `core` a SPECIAL node: the kernel runs once per core, each doing one slice.
+
+An axis number indexes `kernel_axes(sink)`: the output loops in order, then the reduce loops; a lane range is no
+longer an axis. The first UPCAST or UNROLL applied is the one expand.py makes vector lanes of (each lane a memory
+neighbour where the axis is contiguous); later ones unroll into copies, whose accumulators are independent:
+
+    Opt(UPCAST, 1, 16), Opt(UPCAST, 0, 4) on C[i, j] = sum_k A[i, k] * B[k, j]
+    -> i = i'*4 + u0, j = j'*16 + u1: each step of (i', j') computes a 4x16 tile, 4 rows x 2 vectors of 8.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ember.uop.ops import AxisKind, Ops, UOp
+from ember.uop.symbolic import symbolic
+from ember.uop.upat import graph_rewrite, substitute
+
+
+class OptOps(enum.Enum):
+    """What an Opt does to its axis."""
+
+    UPCAST = "UP"  # output axis -> outer loop x lanes (vector or unrolled)
+    UNROLL = "UN"  # reduce axis -> outer loop x lanes (vector partial results or independent accumulators)
+    THREAD = "TH"  # output axis -> one slice per CPU core
+
+
+@dataclass(frozen=True, order=True)
+class Opt:
+    """One optimization: `op` applied to axis `axis` (an index into `kernel_axes`) with amount `amount`."""
+
+    op: OptOps
+    axis: int
+    amount: int
+
+    def __str__(self) -> str: return f"{self.op.value}{self.axis}x{self.amount}"
+
+
+class KernelOptError(ValueError):
+    """An Opt that does not apply to the kernel: the axis does not exist, is of the wrong kind, or the amount does
+    not divide its size."""
+
+
+LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
+
+
+def kernel_axes(sink: UOp) -> list[UOp]:
+    """The kernel's loops an Opt can name: output loops by position, then reduce loops (lane ranges excluded)."""
+    ranges = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind not in LANE_KINDS]
+    return sorted(ranges, key=lambda r: (r.arg.kind is AxisKind.REDUCE, r.arg.axis))
+
+
+def range_size(rng: UOp) -> int:
+    return int(rng.src[0].arg)
+
+
+def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
+    """`sink` with `opt` applied; KernelOptError (naming the kernel, the opt and why) where it does not apply."""
+    axes = kernel_axes(sink)
+    if not 0 <= opt.axis < len(axes): raise KernelOptError(f"{name}: {opt}: no axis {opt.axis} ({len(axes)} axes)")
+    rng = axes[opt.axis]
+    size, amount, reduces = range_size(rng), opt.amount, rng.arg.kind is AxisKind.REDUCE
+    if rng.src[0].op is not Ops.CONST: raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size")
+    if amount < 2 or size % amount: raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}")
+    if reduces != (opt.op is OptOps.UNROLL):
+        raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is {'a reduce' if reduces else 'an output'} axis; "
+                             f"{opt.op.name} applies to {'reduce' if opt.op is OptOps.UNROLL else 'output'} axes")
+    fresh = 1 + max(u.arg.axis for u in sink.toposort() if u.op is Ops.RANGE)
+    dtype = rng.dtype
+    if opt.op is OptOps.THREAD:
+        if any(u.op is Ops.SPECIAL for u in sink.toposort()): raise KernelOptError(f"{name}: {opt}: threaded twice")
+        core = UOp(Ops.SPECIAL, dtype, (UOp.const(dtype, amount),), "core")
+        inner = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) if size > amount else None
+        new = core * (size // amount) + inner if inner is not None else core
+    else:
+        lane = UOp.range(amount, fresh, AxisKind.UNROLL if reduces else AxisKind.UPCAST, dtype)
+        outer = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) if size > amount else None
+        new = outer * amount + lane if outer is not None else lane
+        if reduces:  # the REDUCEs over rng now reduce over its two parts
+            parts = (outer, lane) if outer is not None else (lane,)
+            sink = substitute(sink, {r: r.replace(src=tuple(p for s in r.src for p in (parts if s is rng else (s,))))
+                                     for r in sink.toposort() if r.op is Ops.REDUCE and rng in r.src[1:]})
+    sink = substitute(sink, {rng: new})
+    return graph_rewrite(sink, symbolic, name=f"opt {opt}")
+
+
+def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], name: str = "kernel") -> UOp:
+    for opt in opts: sink = apply_opt(sink, opt, name)
+    return sink

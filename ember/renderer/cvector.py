@@ -1,0 +1,138 @@
+"""Vector values in C: GCC/clang vector types (`vector_size`), which both compilers map onto SSE, AVX2 or AVX-512.
+
+`renders_vector(u)` says which vector nodes the C renderer has (expand.py builds the others lane by lane);
+`pm_render_vector` maps them to C; `vector_prelude` declares the types and helpers a kernel uses. Each lane computes
+what the scalar code would, bit for bit: a comparison gives a mask of all-ones lanes (its operands' width), `where`
+and NaN-propagating `max` select bits through such masks, a vector load or store is a `memcpy` (no alignment is
+assumed), and a fused multiply-add (MULACC) rounds once, as the scalar `fma` does.
+"""
+
+from __future__ import annotations
+
+from ember.dtype import AddrSpace, DType, PtrDType, dtypes
+from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.upat import PatternMatcher, UPat
+
+# lane types: (name prefix, C element type)
+VECTOR_NAMES: dict[DType, tuple[str, str]] = {
+    dtypes.float32: ("f32", "float"), dtypes.float64: ("f64", "double"), dtypes.int8: ("i8", "int8_t"),
+    dtypes.int16: ("i16", "int16_t"), dtypes.int32: ("i32", "int32_t"), dtypes.int64: ("i64", "int64_t"),
+    dtypes.uint8: ("u8", "uint8_t"), dtypes.uint16: ("u16", "uint16_t"), dtypes.uint32: ("u32", "uint32_t"),
+    dtypes.uint64: ("u64", "uint64_t"),
+}
+
+
+def c_type(dtype: DType) -> str:
+    """The C name of a vector type (`f32x8`), or of a pointer to one."""
+    if isinstance(dtype, PtrDType): return c_type(dtype.base) + "*"
+    return f"{VECTOR_NAMES[dtype.scalar][0]}x{dtype.count}"
+
+
+_ARITHMETIC = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
+               Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+_FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.NEG, Ops.MULACC, Ops.WHERE}) | \
+    GroupOp.Comparison
+_INT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.WHERE}) | \
+    GroupOp.Comparison
+# x86 fused multiply-add by (scalar, lanes): the feature macro that must be defined, the intrinsic
+_FMA = {(dtypes.float32, 4): ("__FMA__", "_mm_fmadd_ps"), (dtypes.float32, 8): ("__FMA__", "_mm256_fmadd_ps"),
+        (dtypes.float32, 16): ("__AVX512F__", "_mm512_fmadd_ps"), (dtypes.float64, 2): ("__FMA__", "_mm_fmadd_pd"),
+        (dtypes.float64, 4): ("__FMA__", "_mm256_fmadd_pd"), (dtypes.float64, 8): ("__AVX512F__", "_mm512_fmadd_pd")}
+
+
+def has_lanes(dtype: DType) -> bool:
+    return dtype.count > 1 and dtype.scalar in VECTOR_NAMES
+
+
+def mask_bits(u: UOp) -> int | None:
+    """The lane width of the mask a vector bool is held in: a comparison's operands' width, the common width of
+    the masks an AND/OR/XOR combines; None for a bool vector of any other making (not rendered as a vector)."""
+    if u.op in GroupOp.Comparison and not u.src[0].dtype.is_bool: return 8 * u.src[0].dtype.itemsize
+    if u.op in (Ops.AND, Ops.OR, Ops.XOR) and (bits := mask_bits(u.src[0])) == mask_bits(u.src[1]): return bits
+    return None
+
+
+def mask_type(u: UOp) -> str:
+    """The C type of a vector bool: signed lanes of its mask's width, all ones where true."""
+    return f"i{mask_bits(u)}x{u.dtype.count}"
+
+
+def renders_vector(u: UOp) -> bool:
+    """Whether the C renderer has the vector node `u` (an op over vector sources of u's lane count)."""
+    if u.op is Ops.STORE: return has_lanes(u.src[1].dtype)
+    if u.op is Ops.LOAD: return has_lanes(u.dtype)
+    if u.op in GroupOp.Comparison: return all(has_lanes(s.dtype) for s in u.src)
+    if u.dtype.is_bool: return u.op in (Ops.AND, Ops.OR, Ops.XOR) and mask_bits(u) is not None
+    if not has_lanes(u.dtype): return False
+    if u.op is Ops.VECTORIZE: return True
+    if u.op is Ops.CAST: return has_lanes(u.src[0].dtype) and not (u.src[0].dtype.is_float and u.dtype.is_int)
+    if u.op is Ops.WHERE:  # selects bits through its condition's mask: the mask must be as wide as the values
+        return mask_bits(u.src[0]) == 8 * u.dtype.itemsize and all(has_lanes(s.dtype) for s in u.src[1:])
+    ops = _FLOAT_OPS if u.dtype.is_float else _INT_OPS
+    return u.op in ops and all(has_lanes(s.dtype) for s in u.src)
+
+
+def select(mask: str, a: str, b: str, dtype: DType) -> str:
+    bits = f"i{8 * dtype.itemsize}x{dtype.count}"
+    return f"(({c_type(dtype)})((({bits}){a}&{mask})|(({bits}){b}&~{mask})))"
+
+
+def render_max(ctx: dict[UOp, str], x: UOp) -> str:
+    a, b = ctx[x.src[0]], ctx[x.src[1]]
+    mask = f"(({a}>{b})|({a}!={a}))" if x.dtype.is_float else f"({a}>{b})"  # NaN from either side, as numpy
+    return select(mask, a, b, x.dtype)
+
+
+def render_gep(ctx: dict[UOp, str], x: UOp) -> str:
+    src = x.src[0]
+    return f"({ctx[src]}[{x.arg}]!=0)" if src.dtype.is_bool else f"({ctx[src]}[{x.arg}])"
+
+
+def render_load(ctx: dict[UOp, str], x: UOp, idx: UOp) -> str:
+    if idx.dtype.addrspace is AddrSpace.REG: return f"*{ctx[idx]}"  # an accumulator
+    value = f"load_{c_type(x.dtype)}({ctx[idx]})"
+    return value if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?{value}:({c_type(x.dtype)}){{0}})"
+
+
+pm_render_vector = PatternMatcher([
+    (UPat(Ops.GEP, name="x"), render_gep),
+    (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: f"(({c_type(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_load),
+    (UPat(Ops.MAX, name="x"), render_max),
+    (UPat(Ops.WHERE, name="x"), lambda ctx, x: select(ctx[x.src[0]], ctx[x.src[1]], ctx[x.src[2]], x.dtype)),
+    (UPat(Ops.MULACC, name="x"), lambda ctx, x: "fma_{}({},{},{})".format(c_type(x.dtype), *(ctx[s] for s in x.src))),
+    (UPat(tuple(_ARITHMETIC), name="x"), lambda ctx, x: f"({ctx[x.src[0]]}{_ARITHMETIC[x.op]}{ctx[x.src[1]]})"),
+    (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
+    (UPat(Ops.CAST, name="x"), lambda ctx, x: f"__builtin_convertvector({ctx[x.src[0]]},{c_type(x.dtype)})"),
+])
+
+
+def vector_prelude(uops: list[UOp]) -> str:
+    """Typedefs and helpers for the vector types `uops` use, masks included."""
+    types: set[DType] = set()
+    for u in uops:
+        d = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
+        if d.count > 1 and not d.is_bool: types.add(d)
+        if u.dtype.is_bool and u.dtype.count > 1 and (bits := mask_bits(u)):
+            types.add(_signed(bits // 8).vec(u.dtype.count))
+    for d in list(types): types.add(_signed(d.itemsize).vec(d.count))  # each value type's mask, for select
+    lines = ["#if defined(__x86_64__) || defined(__i386__)", "#include <immintrin.h>", "#endif"] if any(
+        d.is_float for d in types) else []
+    for d in sorted(types, key=lambda d: (d.itemsize, d.name, d.count)):
+        t, e = c_type(d), VECTOR_NAMES[d.scalar][1]
+        lines.append(f"typedef {e} {t} __attribute__((vector_size({d.nbytes})));")
+        lines.append(f"static inline {t} load_{t}(const {e}* p) {{ {t} v; __builtin_memcpy(&v, p, sizeof v); "
+                     "return v; }")
+        lines.append(f"static inline void store_{t}({e}* p, {t} v) {{ __builtin_memcpy(p, &v, sizeof v); }}")
+        if d.is_float:
+            fma = "fma" if d.scalar is dtypes.float64 else "fmaf"
+            lanes = f"{t} r; for (int i = 0; i < {d.count}; i++) r[i] = __builtin_{fma}(a[i], b[i], c[i]); return r;"
+            if (d.scalar, d.count) in _FMA:
+                feature, intrinsic = _FMA[(d.scalar, d.count)]
+                lanes = f"\n#if defined({feature})\n  return {intrinsic}(a, b, c);\n#else\n  {lanes}\n#endif\n"
+            lines.append(f"static inline {t} fma_{t}({t} a, {t} b, {t} c) {{ {lanes} }}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _signed(itemsize: int) -> DType:
+    return {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[itemsize]
