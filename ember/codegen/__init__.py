@@ -6,7 +6,7 @@ from ember.codegen.expand import expand
 from ember.codegen.heuristic import hand_coded_opts
 from ember.codegen.linearize import linearize
 from ember.codegen.lowerer import lower
-from ember.codegen.opt import Opt, apply_opts
+from ember.codegen.opt import Opt, OptOps, apply_opts
 from ember.codegen.periodic import split_periodic
 from ember.codegen.rangeify import rangeify
 from ember.helpers import DEBUG, NOOPT
@@ -23,7 +23,8 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: lis
     name = name or kernel_name(ast)
     sink = apply_opts(sink, opts, name)  # loops split into lanes and slices per core
     sink = expand(sink, renderer)  # lanes -> vectors of the renderer's width, or unrolled copies
-    sink = lower(sink)  # REDUCE -> accumulator loops; every RANGE closed by an END
+    contract = any(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in opts)  # a reordered kernel: sums of products by fma
+    sink = lower(sink, contract)  # REDUCE -> accumulator loops; every RANGE closed by an END
     uops = linearize(sink)  # DAG -> ordered list
     if DEBUG >= 5: print(print_graph(sink))
     src = renderer.render(name, uops)

@@ -73,7 +73,9 @@ class Expander:
         """`x`'s op over expanded sources: scalar if they all are, a vector op where some source is a vector and the
         renderer has the op, else lane by lane."""
         if all(self.is_scalar(s) for s in srcs): return x.replace(src=tuple(srcs))  # type: ignore[arg-type]
-        if any(not isinstance(s, tuple) and s.dtype.count > 1 for s in srcs):
+        # a vector where a source is one, or holds floats lane by lane (after a libm call: back to vectors); integer
+        # lanes (addresses from the range's constants) stay scalars, so loads can see they are consecutive
+        if any(not self.is_scalar(s) and (not isinstance(s, tuple) or s[0].dtype.is_float) for s in srcs):
             wide = x.replace(dtype=x.dtype.vec(self.width), src=tuple(self.as_vector(s) for s in srcs))
             if self.renderer.renders_vector(wide): return wide
         return tuple(x.replace(src=tuple(self.lane(s, i) for s in srcs)) for i in range(self.width))

@@ -8,6 +8,7 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
 - Register tiles: a kernel that reduces and vectorizes an output axis (matmul, convolution) also unrolls a second
   output axis by R and its vector axis by V vectors, R*V accumulators that fit the register file, so each load
   of an operand feeds several fused multiply-adds.
+  The loop over column panels goes outside the loop over rows (SWAP).
 - Threads: a kernel with enough work splits an output axis across the cores (the first one that divides evenly).
 """
 
@@ -49,31 +50,44 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     reduces = [a for a in axes if a.arg.kind is AxisKind.REDUCE]
     opts: list[Opt] = []
 
-    def add(op: OptOps, rng: UOp, amount: int) -> UOp | None:
-        """Apply op to the axis `rng` names now; the outer part of the split (None where none is left)."""
+    def position(rng: UOp) -> int | None:
+        return next((i for i, a in enumerate(kernel_axes(sink)) if a.arg.axis == rng.arg.axis), None)
+
+    def add(op: OptOps, rng: UOp, amount: int) -> None:
+        """Apply op to the axis `rng` names now (its loop keeps its id through splits)."""
         nonlocal sink
-        current = kernel_axes(sink)
-        position = next(i for i, a in enumerate(current) if a.arg.axis == rng.arg.axis)
-        opts.append(Opt(op, position, amount))
+        opts.append(Opt(op, position(rng), amount))  # type: ignore[arg-type]
         sink = apply_opt(sink, opts[-1])
-        return next((a for a in kernel_axes(sink) if a.arg.axis == rng.arg.axis), None)
+
+    def fit(a: UOp) -> int:  # lanes for axis a: a power of two dividing its size, at most a full vector
+        size = range_size(a)
+        return min(lanes, size & -size)
 
     vector = None
     if lanes >= 2:
-        scores = {a: sum(stride_one(o, a) for o in offsets) for a in axes if range_size(a) % lanes == 0}
+        scores = {a: sum(stride_one(o, a) for o in offsets) for a in axes if fit(a) >= min(4, lanes)}
         scores = {a: s for a, s in scores.items() if s and (a.arg.kind is AxisKind.REDUCE or
                                                            all(stride_one(o, a) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
+    if vector is not None: lanes = fit(vector)
     if vector is not None and vector.arg.kind is AxisKind.REDUCE:
         add(OptOps.UNROLL, vector, lanes * next(n for n in (4, 2, 1) if range_size(vector) % (lanes * n) == 0))
     elif vector is not None and reduces and len(outputs) >= 2:  # a register tile: r rows x v vectors
-        rows = max((a for a in outputs if a is not vector), key=lambda a: a.arg.axis)
+        # rows: an axis the vector-loaded operand does not depend on, so each vector it loads feeds r rows
+        streamed = [o for o in offsets if stride_one(o, vector)]
+        rows = max((a for a in outputs if a is not vector),
+                   key=lambda a: (sum(a not in o.ranges for o in streamed), a.arg.axis))
         registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
         tiles = [(r, v) for r in (8, 6, 4, 3, 2, 1) for v in (4, 3, 2, 1) if r * v + v + 1 <= registers and
                  range_size(rows) % r == 0 and range_size(vector) % (lanes * v) == 0]
         r, v = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - 2 * t[1])))
         add(OptOps.UPCAST, vector, lanes * v)
         if r > 1: add(OptOps.UPCAST, rows, r)
+        # the column panel outside the rows: one panel of the second operand (reduce x v vectors) stays in cache
+        # while the rows stream past it (GEMM 2048: 91 -> 162 GFLOP/s; at 512 and 1024 +3%)
+        if (p := position(vector)) is not None and (q := position(rows)) is not None and p > q:
+            opts.append(Opt(OptOps.SWAP, q, p))
+            sink = apply_opt(sink, opts[-1])
     elif vector is not None:
         add(OptOps.UPCAST, vector, lanes)
     work = prod(range_size(a) for a in axes)

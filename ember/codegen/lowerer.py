@@ -33,9 +33,11 @@ def reduce_identity(op: Ops, dtype: DType) -> UOp:
 
 @dataclass
 class LowerContext:
-    """Numbers the registers of a kernel."""
+    """Numbers the registers of a kernel; `contract`: a float sum of products updates its accumulator with one fused
+    multiply-add per term (one rounding, as BLAS does), not a rounded product and a rounded sum."""
 
     registers: itertools.count = field(default_factory=itertools.count)
+    contract: bool = False
 
 
 def end_ranges(value: UOp, ranges: tuple[UOp, ...]) -> UOp:
@@ -54,7 +56,9 @@ def lower_reduce(ctx: LowerContext, red: UOp) -> UOp:
                red.dtype)))
     slot = UOp(Ops.INDEX, acc.dtype, (acc.after(init, *ranges), zero))
     current = UOp(Ops.LOAD, red.dtype, (slot,))
-    update = UOp(Ops.STORE, dtypes.void, (slot, UOp(op, red.dtype, (current, value))))
+    if ctx.contract and op is Ops.ADD and value.op is Ops.MUL and value.dtype.is_float:
+        update = UOp(Ops.STORE, dtypes.void, (slot, UOp(Ops.MULACC, red.dtype, (*value.src, current))))
+    else: update = UOp(Ops.STORE, dtypes.void, (slot, UOp(op, red.dtype, (current, value))))
     done = end_ranges(update, ranges)
     return UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, acc.dtype, (acc.after(done), zero)),))
 
@@ -93,9 +97,11 @@ def merge_loops(sink: UOp) -> UOp:
         sink = substitute(sink, dict.fromkeys(ends[rng], merged))
 
 
-def lower(sink: UOp) -> UOp:
-    """The kernel with reductions as accumulator loops and every loop closed (see the module docstring)."""
-    sink = merge_loops(graph_rewrite(sink, pm_lower_reduce, ctx=LowerContext(), name="lower reductions"))
+def lower(sink: UOp, contract: bool = False) -> UOp:
+    """The kernel with reductions as accumulator loops and every loop closed (see the module docstring); with
+    `contract`, sums of float products accumulate by fused multiply-add (see LowerContext)."""
+    ctx = LowerContext(contract=contract)
+    sink = merge_loops(graph_rewrite(sink, pm_lower_reduce, ctx=ctx, name="lower reductions"))
     if SPEC:
         check_stage(sink, "lower")
     return sink

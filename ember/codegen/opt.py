@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ember.uop.ops import AxisKind, Ops, UOp
+from ember.uop.ops import AxisKind, Ops, RangeArg, UOp
 from ember.uop.symbolic import symbolic
 from ember.uop.upat import graph_rewrite, substitute
 
@@ -30,6 +30,7 @@ class OptOps(enum.Enum):
     UPCAST = "UP"  # output axis -> outer loop x lanes (vector or unrolled)
     UNROLL = "UN"  # reduce axis -> outer loop x lanes (vector partial results or independent accumulators)
     THREAD = "TH"  # output axis -> one slice per CPU core
+    SWAP = "SW"  # exchange the nesting of two output loops (amount: the other axis)
 
 
 @dataclass(frozen=True, order=True)
@@ -68,6 +69,7 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
     rng = axes[opt.axis]
     size, amount, reduces = range_size(rng), opt.amount, rng.arg.kind is AxisKind.REDUCE
     if rng.src[0].op is not Ops.CONST: raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size")
+    if opt.op is OptOps.SWAP: return swap(sink, rng, axes, opt, name)
     if amount < 2 or size % amount: raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}")
     if reduces != (opt.op is OptOps.UNROLL):
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is {'a reduce' if reduces else 'an output'} axis; "
@@ -89,6 +91,18 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
                                      for r in sink.toposort() if r.op is Ops.REDUCE and rng in r.src[1:]})
     sink = substitute(sink, {rng: new})
     return graph_rewrite(sink, symbolic, name=f"opt {opt}")
+
+
+def swap(sink: UOp, rng: UOp, axes: list[UOp], opt: Opt, name: str) -> UOp:
+    """The loops of `rng` and axis `opt.amount` nested the other way round (their ids, which order loops, swapped)."""
+    if not (0 <= opt.amount < len(axes) and opt.amount != opt.axis and rng.arg.kind is not AxisKind.REDUCE and
+            axes[opt.amount].arg.kind is not AxisKind.REDUCE):
+        raise KernelOptError(f"{name}: {opt}: SWAP needs two different output axes")
+    other = axes[opt.amount]
+    parked = rng.replace(arg=RangeArg(-1, rng.arg.kind))  # rng's new id is other's: park it first
+    sink = substitute(sink, {rng: parked})
+    sink = substitute(sink, {other: other.replace(arg=rng.arg)})
+    return substitute(sink, {parked: rng.replace(arg=other.arg)})
 
 
 def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], name: str = "kernel") -> UOp:

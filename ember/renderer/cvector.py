@@ -116,15 +116,16 @@ def vector_prelude(uops: list[UOp]) -> str:
         if u.dtype.is_bool and u.dtype.count > 1 and (bits := mask_bits(u)):
             types.add(_signed(bits // 8).vec(u.dtype.count))
     for d in list(types): types.add(_signed(d.itemsize).vec(d.count))  # each value type's mask, for select
+    fused = {u.dtype for u in uops if u.op is Ops.MULACC and u.dtype.count > 1}
     lines = ["#if defined(__x86_64__) || defined(__i386__)", "#include <immintrin.h>", "#endif"] if any(
-        d.is_float for d in types) else []
+        (d.scalar, d.count) in _FMA for d in fused) else []  # a large header (100 ms to compile): only for fma
     for d in sorted(types, key=lambda d: (d.itemsize, d.name, d.count)):
         t, e = c_type(d), VECTOR_NAMES[d.scalar][1]
         lines.append(f"typedef {e} {t} __attribute__((vector_size({d.nbytes})));")
         lines.append(f"static inline {t} load_{t}(const {e}* p) {{ {t} v; __builtin_memcpy(&v, p, sizeof v); "
                      "return v; }")
         lines.append(f"static inline void store_{t}({e}* p, {t} v) {{ __builtin_memcpy(p, &v, sizeof v); }}")
-        if d.is_float:
+        if d in fused:
             fma = "fma" if d.scalar is dtypes.float64 else "fmaf"
             lanes = f"{t} r; for (int i = 0; i < {d.count}; i++) r[i] = __builtin_{fma}(a[i], b[i], c[i]); return r;"
             if (d.scalar, d.count) in _FMA:

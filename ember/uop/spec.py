@@ -16,11 +16,14 @@ Check = Callable[[UOp], str | None]
 
 
 def alu_operands_agree(u: UOp) -> str | None:
-    """Binary ALU ops take one dtype on both sides; comparisons give bool; WHERE takes a bool condition."""
+    """Binary ALU ops take one dtype on both sides; comparisons give bool (one per lane of a vector); WHERE takes a
+    bool condition with a lane per lane of its values."""
     if u.op in GroupOp.Binary and u.op not in (Ops.SHL, Ops.SHR) and u.src[0].dtype != u.src[1].dtype:
         return f"operands of {u.op.name} differ: {u.src[0].dtype} and {u.src[1].dtype}"
-    if u.op in GroupOp.Comparison and u.dtype != dtypes.bool: return f"{u.op.name} must give bool, gives {u.dtype}"
-    if u.op is Ops.WHERE and u.src[0].dtype != dtypes.bool: return f"WHERE condition is {u.src[0].dtype}, not bool"
+    if u.op in GroupOp.Comparison and u.dtype != dtypes.bool.vec(u.src[0].dtype.count):
+        return f"{u.op.name} must give bool, gives {u.dtype}"
+    if u.op is Ops.WHERE and u.src[0].dtype != dtypes.bool.vec(u.dtype.count):
+        return f"WHERE condition is {u.src[0].dtype}, not bool"
     return None
 
 

@@ -188,7 +188,8 @@ def fold_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
     """x // d and x % d for a constant d: sign, common factors, and terms of x that d divides.
 
     With q*d a multiple of d, (q*d + r) // d = q + r // d and (q*d + r) % d = r % d, exact in C when x >= 0 and
-    r >= 0 (truncation is floor there). r in [0, d) then gives q and r.
+    r >= 0 (truncation is floor there). r in [0, d) then gives q and r. A term's coefficient k >= d splits into
+    k//d (to q) and k%d (stays in r).
     """
     c, is_div = d.arg, root.op is Ops.IDIV
     if c == 0 or c == d.dtype.min or not _no_wrap(x): return None  # -INT_MIN wraps; a wrapping x is no plain sum
@@ -199,9 +200,10 @@ def fold_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
         return y // (c // g) if is_div else (y % (c // g)) * g
     if x.vmin < 0: return None
     if x.vmax < c: return x.const_like(0) if is_div else x
-    quotient = {t: k // c for t, k in terms.items() if k % c == 0}
+    # k*t = (k//d)*d*t + (k%d)*t: the multiples of d move to the quotient (a pool's (h + 31*kh) % 30 is h + kh)
+    quotient = {t: k // c for t, k in terms.items() if k >= c}
     if not quotient and const < c: return None  # only dropping multiples of d from a constant >= d is progress
-    rest = build_sum(x.dtype, ((t, k) for t, k in terms.items() if k % c != 0), const % c)
+    rest = build_sum(x.dtype, ((t, k % c if k >= c else k) for t, k in terms.items() if k % c != 0), const % c)
     if rest.vmin < 0: return None
     q = build_sum(x.dtype, quotient.items(), const // c)
     if rest.vmax < c: return q if is_div else rest
