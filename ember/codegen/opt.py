@@ -43,6 +43,12 @@ class Opt:
 
     def __str__(self) -> str: return f"{self.op.value}{self.axis}x{self.amount}"
 
+    @staticmethod
+    def parse(text: str) -> Opt:
+        """The Opt that str() printed as `text` (the program cache keeps opts as text)."""
+        axis, amount = text[2:].split("x")
+        return Opt(next(op for op in OptOps if op.value == text[:2]), int(axis), int(amount))
+
 
 class KernelOptError(ValueError):
     """An Opt that does not apply to the kernel: the axis does not exist, is of the wrong kind, or the amount does

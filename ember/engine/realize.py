@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from ember.codegen import get_program, kernel_name
+from ember.codegen.opt import Opt
 from ember.device import Device, cache_write, discard_damaged, read_cached
 from ember.dtype import DType
 from ember.helpers import CACHELEVEL, DEBUG, SPEC, TRACK_REWRITES, ContextVar, cache_dir, colored, source_hash
@@ -127,8 +128,8 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
                 all(type(n) is int for n in counts) and all(isinstance(o, str) for o in d["opts"])):
             return None
         return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
-                           d["mem_bytes"], tuple(d["opts"]), d["threads"])
-    except (ValueError, KeyError, TypeError, AttributeError):  # JSONDecodeError and UnicodeDecodeError included
+                           d["mem_bytes"], tuple(Opt.parse(o) for o in d["opts"]), d["threads"])
+    except (ValueError, KeyError, TypeError, AttributeError, StopIteration):  # JSONDecodeError and UnicodeDecodeError included
         return None
 
 

@@ -318,7 +318,8 @@ def test_debug_4_prints_source_only_when_compiling(capsys: pytest.CaptureFixture
         first = capsys.readouterr().out
         two_kernels().realize()
         second = capsys.readouterr().out
-    assert first.count("void ") == 2 and second.count("void ") == 0
+    kernels = re.compile(r"^void \w+\(", re.M)  # a kernel's definition (vector helpers are `static inline`)
+    assert len(kernels.findall(first)) == 2 and not kernels.findall(second)
     assert len(KERNEL_LINE.findall(second)) == 2
 
 

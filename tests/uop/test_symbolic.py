@@ -185,7 +185,7 @@ EXACT_FORMS: list[tuple[str, Callable[[], UOp], str]] = [
     ("mod of a value below the divisor", lambda: a % 11, "a"),
     ("common factor of div", lambda: (a * 6 + 4) // 2, "(a*3)+2"),
     ("common factor of mod", lambda: (a * 6 + 4) % 2, "0"),
-    ("common factor kept in mod", lambda: (a * 6 + 4) % 4, "((a*3)%2)*2"),
+    ("common factor kept in mod", lambda: (a * 6 + 4) % 4, "(a%2)*2"),  # (6a+4)%4 = 2*((3a+2)%2) = 2*(a%2)
     ("div by a negative constant", lambda: a // -2, "(a//2)*-1"),
     ("mod by a negative constant", lambda: a % -3, "a%3"),
     ("div of a maybe-negative sum is not split", lambda: (n * 4 + b) // 4, "(b+(n*4))//4"),
