@@ -129,7 +129,7 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
             return None
         return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
                            d["mem_bytes"], tuple(Opt.parse(o) for o in d["opts"]), d["threads"])
-    except (ValueError, KeyError, TypeError, AttributeError, StopIteration):  # JSONDecodeError and UnicodeDecodeError included
+    except (ValueError, KeyError, TypeError, AttributeError, StopIteration):  # JSONDecodeError, UnicodeDecodeError too
         return None
 
 
