@@ -56,6 +56,7 @@ class KernelOptError(ValueError):
 
 
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
+MAX_THREADS = 1024  # the CPU thread pool's limit
 
 
 def kernel_axes(sink: UOp) -> list[UOp]:
@@ -84,6 +85,7 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
     dtype = rng.dtype
     if opt.op is OptOps.THREAD:
         if any(u.op is Ops.SPECIAL for u in sink.toposort()): raise KernelOptError(f"{name}: {opt}: threaded twice")
+        if amount > MAX_THREADS: raise KernelOptError(f"{name}: {opt}: more than {MAX_THREADS} threads")
         core = UOp(Ops.SPECIAL, dtype, (UOp.const(dtype, amount),), "core")
         inner = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) if size > amount else None
         new = core * (size // amount) + inner if inner is not None else core

@@ -1,7 +1,8 @@
 """Run a schedule: compile each kernel AST once (per device), call it with its buffers, count the work.
 
 `GlobalCounters` adds up kernels run, ALU ops, bytes moved and time; DEBUG=1 prints each kernel as it runs,
-DEBUG=2 also the schedule, DEBUG=4 the source of each newly compiled kernel.
+DEBUG=2 also the schedule and each kernel's opts (`UP1x32 TH0x2`: UPCAST axis 1 by 32, THREAD axis 0 on 2
+cores), DEBUG=4 the source of each newly compiled kernel.
 
 Rendered programs are cached on disk (`cached_program`), keyed by `graph_text` of the kernel AST, the renderer,
 the flags codegen reads and ember's own source: a second process runs no codegen for kernels it has seen.
@@ -193,4 +194,5 @@ def run_schedule(schedule: list[ExecItem]) -> None:
         if DEBUG >= 1:
             print(f"*** {item.bufs[0].device:4s} {GlobalCounters.kernel_count:4d} {runner.spec.name:24s} "
                   f"{len(item.bufs)} bufs  {elapsed * 1e6:9.2f} us  {runner.spec.flops / 1e6:8.2f} MOPs  "
-                  f"{runner.spec.mem_bytes / 1e6:8.2f} MB")
+                  f"{runner.spec.mem_bytes / 1e6:8.2f} MB" +
+                  (f"  opts {' '.join(map(str, runner.spec.opts))}" if DEBUG >= 2 and runner.spec.opts else ""))

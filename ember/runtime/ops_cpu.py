@@ -186,6 +186,7 @@ static atomic_uint generation;
 static atomic_int remaining;
 static task_fn task;
 static void **task_args;
+static int task_threads;
 static int started, owner_pid;
 static unsigned first_seen[1024];  /* the generation each worker was started in: it runs the ones after */
 #define SPINS 200000
@@ -200,7 +201,7 @@ static void *worker(void *arg) {
       pthread_mutex_unlock(&wake_lock);
     }
     seen = atomic_load(&generation);
-    task(task_args, core);
+    if (core < task_threads) task(task_args, core);  /* workers beyond this kernel's slices only check in */
     atomic_fetch_sub_explicit(&remaining, 1, memory_order_release);
   }
   return 0;
@@ -208,7 +209,7 @@ static void *worker(void *arg) {
 int ember_pool_run(task_fn fn, void **args, int32_t threads) {
   pthread_mutex_lock(&run_lock);
   if (owner_pid != getpid()) { started = 0; owner_pid = getpid(); }  /* a forked child has no workers */
-  if (threads > 1024) threads = 1024;
+  if (threads > 1024) return -1;
   for (; started < threads - 1; started++) {
     pthread_t t;
     first_seen[started + 1] = atomic_load(&generation);
@@ -216,8 +217,8 @@ int ember_pool_run(task_fn fn, void **args, int32_t threads) {
     pthread_detach(t);
   }
   if (started < threads - 1) { pthread_mutex_unlock(&run_lock); return -1; }
-  task = fn; task_args = args;
-  atomic_store(&remaining, threads - 1);
+  task = fn; task_args = args; task_threads = threads;
+  atomic_store(&remaining, started);
   pthread_mutex_lock(&wake_lock);
   atomic_fetch_add_explicit(&generation, 1, memory_order_release);
   pthread_cond_broadcast(&wake);
@@ -262,7 +263,8 @@ class CPUProgram:
         start = time.perf_counter() if wait else 0.0
         if self.threads > 1:
             args = (ctypes.c_void_p * (len(bufs) + len(vals)))(*(b.ctypes.data for b in bufs), *vals)
-            if self.pool(self.task, args, self.threads) != 0: raise RuntimeError(f"{self.name}: no threads started")
+            if self.pool(self.task, args, self.threads) != 0:
+                raise RuntimeError(f"{self.name}: the pool could not start {self.threads} threads (at most 1024)")
         else:
             self.fn(*[ctypes.c_void_p(b.ctypes.data) for b in bufs], *[ctypes.c_int32(v) for v in vals])
         return time.perf_counter() - start if wait else None
