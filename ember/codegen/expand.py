@@ -31,7 +31,7 @@ from ember.uop.upat import graph_rewrite
 Lanes = UOp | tuple[UOp, ...]  # a vector UOp, a scalar (the same in every lane), or one scalar per lane
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1 << 14)  # bounded: a long-running process builds kernels without end
 def simplify(x: UOp) -> UOp:
     return graph_rewrite(x, symbolic)
 
