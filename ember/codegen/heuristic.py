@@ -2,9 +2,11 @@
 
 In: a rangeified kernel and the renderer (its vector width and cores). Out: a list of Opts (codegen/opt.py).
 
-- Vectors: the axis most accesses walk with stride 1 (ties: an output axis, the innermost) is cut into lanes of the
-  renderer's width, UPCAST for an output axis (a row of a matmul, an elementwise kernel), UNROLL for a reduce axis
-  (a row sum: partial sums in the lanes, and several vectors of them, independent, so additions overlap).
+- Vectors: the axis most accesses walk with stride 1, each access counted as often as it runs (a row max: its
+  loads walk the row, its one store per row weighs nothing beside them; ties: an output axis, the innermost), is
+  cut into lanes of the renderer's width, UPCAST for an output axis (a row of a matmul, an elementwise kernel),
+  UNROLL for a reduce axis (a row sum: partial sums in the lanes, and several vectors of them, independent, so
+  additions overlap).
 - Register tiles: a kernel that reduces and vectorizes an output axis (matmul, convolution) also unrolls a second
   output axis by R and its vector axis by V vectors, R*V accumulators that fit the register file, so each load
   of an operand feeds several fused multiply-adds.
@@ -43,6 +45,9 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     if not axes: return []
     offsets = [u.src[1] for u in nodes if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL]
     stored = [u.src[0].src[1] for u in nodes if u.op is Ops.STORE]
+    # how often each access runs: a load in the reduce loop every iteration, a store once per output
+    runs = {o: prod(range_size(a) for a in axes if o not in stored or a.arg.kind is not AxisKind.REDUCE)
+            for o in offsets}
     widest = max((u.dtype.itemsize for u in nodes if u.op in (Ops.LOAD, Ops.STORE) and u.dtype != dtypes.void),
                  default=4)
     lanes = renderer.vector_bytes // widest
@@ -65,7 +70,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
 
     vector = None
     if lanes >= 2:
-        scores = {a: sum(stride_one(o, a) for o in offsets) for a in axes if fit(a) >= min(4, lanes)}
+        scores = {a: sum(runs[o] for o in offsets if stride_one(o, a)) for a in axes if fit(a) >= min(4, lanes)}
         scores = {a: s for a, s in scores.items() if s and (a.arg.kind is AxisKind.REDUCE or
                                                            all(stride_one(o, a) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))

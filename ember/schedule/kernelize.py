@@ -12,6 +12,8 @@ An elementwise value read by two kernels is recomputed in each unless it costs m
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
 and is broadcast is stored once.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
+A reduction of many elements to few results is first split in two (split_reduce), so that its first stage has an
+output axis for the cores to share.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import dtypes
 from ember.helpers import UNROLL, prod
 from ember.uop.ops import GroupOp, Ops, UOp
-from ember.uop.upat import PatternMatcher, UPat, graph_rewrite
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, graph_rewrite_map
 
 RECOMPUTE_LIMIT = 16  # ALU ops; a value dearer than this is stored once rather than recomputed by each reader
 BROADCAST_RECOMPUTE_SIZE = 64  # elements: a broadcast value this small is recomputed per copy (kernels this small
@@ -57,6 +59,32 @@ def fused_cost(order: dict[UOp, None]) -> tuple[dict[UOp, int], dict[UOp, bool]]
             sum(cost[s] for s in below)
         dear[u] = u.op in GroupOp.Transcendental or any(dear[s] for s in below)
     return cost, dear
+
+
+SPLIT_REDUCE = 1 << 15  # elements per result above which a reduction to few (< SPLITS[0]) results has two stages
+SPLITS = (256, 128, 64, 32, 16, 8)  # partial results of the first stage: enough for every core, few to add up
+
+
+def split_reduce(x: UOp) -> UOp | None:
+    """A reduction of many elements to a few results in two stages: partial results over SPLITS chunks of the
+    outermost reduced axis they divide (a kernel with an output axis, so every core takes some, each streaming its
+    own part of memory), stored, then reduced. Float sums round differently, as they already do in vector lanes."""
+    src, (op, axes) = x.src[0], x.arg
+    if not all(isinstance(s, int) for s in src.shape): return None
+    count = prod(src.shape[a] for a in axes)
+    if count < SPLIT_REDUCE or prod(x.shape) >= SPLITS[0]: return None  # (so a first stage is never split again)
+    found = next(((a, n) for a in sorted(axes) for n in SPLITS if src.shape[a] % n == 0 and src.shape[a] > n), None)
+    if found is None: return None
+    axis, split = found
+    size = src.shape[axis]
+    shape = src.shape[:axis] + (split, size // split) + src.shape[axis + 1:]
+    inner = tuple(a + (a >= axis) for a in axes)  # the chunk's own elements: the split axis's inner half
+    partial = UOp(Ops.REDUCE_AXIS, x.dtype, (UOp(Ops.RESHAPE, src.dtype, (src,), shape),), (op, inner))
+    total = UOp(Ops.REDUCE_AXIS, x.dtype, (UOp(Ops.CONTIGUOUS, x.dtype, (partial,)),), (op, (axis,)))
+    return UOp(Ops.RESHAPE, x.dtype, (total,), x.shape)
+
+
+pm_split_reduce = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="x"), split_reduce)])
 
 
 CHAIN_LIMIT = 64  # nodes searched below a broadcast value for the reduction it ends on
@@ -190,6 +218,8 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], di
     if computed:
         sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_use_computed, ctx=computed, bottom_up=True)
         outputs = list(sink.src)
+    moved = graph_rewrite_map(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_split_reduce)
+    outputs = [moved[u] for u in outputs]
     realized, together = find_realized(outputs)
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
     views: dict[UOp, UOp] = {}
@@ -207,5 +237,6 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], di
             stores = pending
         ast, bufs = kernel_ast(stores, views)
         items.append(ExecItem(ast, [buffer_of(b) for b in bufs], len(stores)))
+    views |= {old: views[new] for old, new in moved.items() if new in views}  # the graph as the caller holds it
     return items, views | {req: views.get(out, out) for req, out in zip(requested, outputs, strict=True)}
 
