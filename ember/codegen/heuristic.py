@@ -83,7 +83,8 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         rows = max((a for a in outputs if a is not vector),
                    key=lambda a: (sum(a not in o.ranges for o in streamed), a.arg.axis))
         registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
-        tiles = [(r, v) for r in (8, 6, 4, 3, 2, 1) for v in (4, 3, 2, 1) if r * v + v + 1 <= registers and
+        # r*v accumulators, a loaded vector and a broadcast in registers; v up to 8 vectors (a conv's 56-wide rows: 7)
+        tiles = [(r, v) for r in (8, 6, 4, 3, 2, 1) for v in (4, 3, 2, 1, 8, 7, 6, 5) if r * v + 2 <= registers and
                  range_size(rows) % r == 0 and range_size(vector) % (lanes * v) == 0]
         r, v = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - 2 * t[1])))
         add(OptOps.UPCAST, vector, lanes * v)

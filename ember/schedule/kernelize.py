@@ -10,7 +10,9 @@ When only an elementwise chain lies between such a reduction and the broadcast, 
 instead, so the chain runs once inside the reduce kernel.
 An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops;
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
-and is broadcast is stored once.
+and is broadcast is stored once. A padded value that is broadcast (a convolution's window over a padded input) is
+stored padded, so that its reader needs no gate per element: gates that differ from lane to lane make vector loads
+into gathers.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 A reduction of many elements to few results is first split in two (split_reduce), so that its first stage has an
 output axis for the cores to share.
@@ -170,6 +172,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
             realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
             # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
+        if u.op is Ops.PAD and expanded and prod(u.shape) > BROADCAST_RECOMPUTE_SIZE: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
     return realized, together
 

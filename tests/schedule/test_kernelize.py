@@ -400,3 +400,19 @@ def test_an_output_another_output_reads_is_not_merged_into_its_kernel():
     f = np.array([np.sin(0.3), np.cos(0.7)])
     np.testing.assert_array_equal(first.numpy(), f)
     np.testing.assert_array_equal(second.numpy(), np.array([f[1] * 2, f[0] + 1]) * f.sum())
+
+
+@pytest.mark.parametrize("padding, kernels", [(1, 2), (0, 1)])
+def test_a_padded_input_read_by_a_window_is_stored_padded(padding: int, kernels: int):
+    """conv2d with padding: the padded input gets a buffer of its own, so the convolution reads it without a gate
+    per element (gates differ from lane to lane, which turned its vector loads into gathers: 1.2 s -> 60 ms for
+    16x64x56x56, 3x3)."""
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    out = Tensor(x).conv2d(Tensor(w), padding=padding)
+    items = out.schedule()
+    assert len(items) == kernels
+    gated = [u for u in rangeify(items[-1].ast).toposort() if u.op is Ops.INDEX and len(u.src) > 2]
+    assert not gated, "the convolution's reads carry no padding gate"
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding).numpy()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
