@@ -17,7 +17,6 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
 from __future__ import annotations
 
 from ember.codegen.opt import Opt, OptOps, apply_opt, kernel_axes, range_size
-from ember.dtype import dtypes
 from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, UOp
@@ -48,8 +47,9 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     # how often each access runs: a load in the reduce loop every iteration, a store once per output
     runs = {o: prod(range_size(a) for a in axes if o not in stored or a.arg.kind is not AxisKind.REDUCE)
             for o in offsets}
-    widest = max((u.dtype.itemsize for u in nodes if u.op in (Ops.LOAD, Ops.STORE) and u.dtype != dtypes.void),
-                 default=4)
+    # the widest element among accesses that move with a loop (a float64 scalar, broadcast, halves no vector)
+    widest = max((u.src[1].dtype.itemsize if u.op is Ops.STORE else u.dtype.itemsize for u in nodes
+                  if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and u.src[0].src[1].ranges), default=4)
     lanes = renderer.vector_bytes // widest
     outputs = [a for a in axes if a.arg.kind is not AxisKind.REDUCE]
     reduces = [a for a in axes if a.arg.kind is AxisKind.REDUCE]
@@ -70,19 +70,31 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
 
     vector = None
     if lanes >= 2:
-        scores = {a: sum(runs[o] for o in offsets if stride_one(o, a)) for a in axes if fit(a) >= min(4, lanes)}
-        scores = {a: s for a, s in scores.items() if s and (a.arg.kind is AxisKind.REDUCE or
+        # a stride-one access is one vector load per `lanes` elements; another that moves with the axis is a gather,
+        # `lanes` scalar loads (one that does not move is a broadcast: free)
+        scores = {a: sum(runs[o] if stride_one(o, a) else -runs[o] * (lanes - 1) if a in o.ranges else 0
+                         for o in offsets) for a in axes if fit(a) >= min(4, lanes)}
+        scores = {a: s for a, s in scores.items() if s > 0 and (a.arg.kind is AxisKind.REDUCE or
                                                            all(stride_one(o, a) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
     if vector is not None: lanes = fit(vector)
-    if vector is not None and vector.arg.kind is AxisKind.REDUCE:
+    registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
+    streamed = [o for o in offsets if vector is not None and stride_one(o, vector)]
+    if vector is not None and vector.arg.kind is AxisKind.REDUCE and (pair := dot_tile(outputs, streamed)):
+        # dot products (x @ w.T: both operands stride one along the sum): an r x c tile of vector accumulators,
+        # each step loads r + c vectors for r*c fused multiply-adds
+        tiles = [(r, c) for r in (4, 3, 2, 1) for c in (4, 3, 2, 1) if r * c + r + c <= registers and
+                 range_size(pair[0]) % r == 0 and range_size(pair[1]) % c == 0]
+        r, c = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - t[1])))
+        add(OptOps.UNROLL, vector, lanes)
+        if r > 1: add(OptOps.UPCAST, pair[0], r)
+        if c > 1: add(OptOps.UPCAST, pair[1], c)
+    elif vector is not None and vector.arg.kind is AxisKind.REDUCE:
         add(OptOps.UNROLL, vector, lanes * next(n for n in (4, 2, 1) if range_size(vector) % (lanes * n) == 0))
     elif vector is not None and reduces and len(outputs) >= 2:  # a register tile: r rows x v vectors
         # rows: an axis the vector-loaded operand does not depend on, so each vector it loads feeds r rows
-        streamed = [o for o in offsets if stride_one(o, vector)]
         rows = max((a for a in outputs if a is not vector),
                    key=lambda a: (sum(a not in o.ranges for o in streamed), a.arg.axis))
-        registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
         # r*v accumulators, a loaded vector and a broadcast in registers; v up to 8 vectors (a conv's 56-wide rows: 7)
         tiles = [(r, v) for r in (8, 6, 4, 3, 2, 1) for v in (4, 3, 2, 1, 8, 7, 6, 5) if r * v + 2 <= registers and
                  range_size(rows) % r == 0 and range_size(vector) % (lanes * v) == 0]
@@ -103,3 +115,15 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
                 add(OptOps.THREAD, a, renderer.cores)
                 break
     return opts
+
+
+def dot_tile(outputs: list[UOp], streamed: list[UOp]) -> tuple[UOp, UOp] | None:
+    """Two output axes for a tile of dot products: each has a streamed operand that does not move with it (so one
+    load of that operand serves the whole row of the tile); None where there are no such two."""
+    free = [a for a in outputs if any(a not in o.ranges for o in streamed)]
+    for a in free:
+        for b in free:
+            if a is not b and any(a not in o.ranges and b in o.ranges for o in streamed) and \
+                    any(b not in o.ranges and a in o.ranges for o in streamed):
+                return a, b
+    return None
