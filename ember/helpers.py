@@ -49,6 +49,7 @@ CACHE_MAX_MB = ContextVar("EMBER_CACHE_MAX_MB", 1024)
 # thread (export/interpreter.py), 0 waits for the compiler, 2 waits and checks that both give the same bits (tests)
 INTERPRET = ContextVar("INTERPRET", 1)
 NOOPT = ContextVar("NOOPT", 0)  # 1: kernels get no opts (no vectors, threads or tiles): the reference codegen
+BEAM = ContextVar("BEAM", 0)  # n > 0: opts found by timing candidates, the n fastest kept per step (codegen/search.py)
 UNROLL = ContextVar("UNROLL", 64)  # most STOREs rangeify unrolls a kernel's small branching output axes into; 0: none
 
 

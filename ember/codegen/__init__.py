@@ -9,16 +9,18 @@ from ember.codegen.lowerer import lower
 from ember.codegen.opt import Opt, OptOps, apply_opts
 from ember.codegen.periodic import split_periodic
 from ember.codegen.rangeify import rangeify
-from ember.helpers import DEBUG, NOOPT
+from ember.codegen.search import beam_search
+from ember.helpers import BEAM, DEBUG, NOOPT
 from ember.renderer import ProgramSpec, Renderer
 from ember.uop.ops import GroupOp, Ops, UOp, print_graph
 
 
 def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: list[Opt] | None = None) -> ProgramSpec:
     """Lower a kernel AST from the scheduler to source for `renderer`'s device, with `opts` (None: the
-    heuristic's, none under NOOPT=1)."""
+    heuristic's, none under NOOPT=1, under BEAM=n those a search times fastest: codegen/search.py)."""
     sink = rangeify(ast)  # movement ops -> RANGE/INDEX/LOAD; index arithmetic simplified
     sink = split_periodic(sink)  # a loop that tests i % p for a small p: whole periods, one period unrolled
+    if opts is None and BEAM and not NOOPT: opts = beam_search(sink, renderer, name or kernel_name(ast), BEAM.value)
     if opts is None: opts = [] if NOOPT else hand_coded_opts(sink, renderer)
     name = name or kernel_name(ast)
     sink = apply_opts(sink, opts, name)  # loops split into lanes and slices per core
