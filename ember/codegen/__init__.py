@@ -10,6 +10,7 @@ from ember.codegen.opt import Opt, OptOps, apply_opts
 from ember.codegen.periodic import split_periodic
 from ember.codegen.rangeify import rangeify
 from ember.codegen.search import beam_search
+from ember.codegen.transcendental import approximate_transcendentals
 from ember.helpers import BEAM, DEBUG, NOOPT
 from ember.renderer import ProgramSpec, Renderer
 from ember.uop.ops import GroupOp, Ops, UOp, print_graph
@@ -24,6 +25,7 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: lis
     if opts is None: opts = [] if NOOPT else hand_coded_opts(sink, renderer)
     name = name or kernel_name(ast)
     sink = apply_opts(sink, opts, name)  # loops split into lanes and slices per core
+    sink = approximate_transcendentals(sink, renderer)  # exp/log on vector lanes -> polynomials, not libm
     sink = expand(sink, renderer)  # lanes -> vectors of the renderer's width, or unrolled copies
     contract = any(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in opts)  # a reordered kernel: sums of products by fma
     sink = lower(sink, contract)  # REDUCE -> accumulator loops; every RANGE closed by an END

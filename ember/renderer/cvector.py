@@ -4,7 +4,8 @@
 `pm_render_vector` maps them to C; `vector_prelude` declares the types and helpers a kernel uses. Each lane computes
 what the scalar code would, bit for bit: a comparison gives a mask of all-ones lanes (its operands' width), `where`
 and NaN-propagating `max` select bits through such masks, a vector load or store is a `memcpy` (no alignment is
-assumed), and a fused multiply-add (MULACC) rounds once, as the scalar `fma` does.
+assumed), a fused multiply-add (MULACC) rounds once, as the scalar `fma` does, and a BITCAST between lane types of
+one width is a vector cast (GCC and clang reinterpret the bits of vectors of the same size).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def renders_vector(u: UOp) -> bool:
     if not has_lanes(u.dtype): return False
     if u.op is Ops.VECTORIZE: return True
     if u.op is Ops.CAST: return has_lanes(u.src[0].dtype) and not (u.src[0].dtype.is_float and u.dtype.is_int)
+    if u.op is Ops.BITCAST: return has_lanes(u.src[0].dtype) and u.src[0].dtype.itemsize == u.dtype.itemsize
     if u.op is Ops.WHERE:  # selects bits through its condition's mask: the mask must be as wide as the values
         return mask_bits(u.src[0]) == 8 * u.dtype.itemsize and all(has_lanes(s.dtype) for s in u.src[1:])
     ops = _FLOAT_OPS if u.dtype.is_float else _INT_OPS
@@ -104,6 +106,7 @@ pm_render_vector = PatternMatcher([
     (UPat(tuple(_ARITHMETIC), name="x"), lambda ctx, x: f"({ctx[x.src[0]]}{_ARITHMETIC[x.op]}{ctx[x.src[1]]})"),
     (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
     (UPat(Ops.CAST, name="x"), lambda ctx, x: f"__builtin_convertvector({ctx[x.src[0]]},{c_type(x.dtype)})"),
+    (UPat(Ops.BITCAST, name="x"), lambda ctx, x: f"(({c_type(x.dtype)}){ctx[x.src[0]]})"),  # same size: the bits
 ])
 
 
