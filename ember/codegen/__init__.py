@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from ember.codegen.expand import expand
 from ember.codegen.heuristic import hand_coded_opts
-from ember.codegen.linearize import linearize
-from ember.codegen.lowerer import lower
-from ember.codegen.opt import Opt, OptOps, apply_opts
+from ember.codegen.opt import Opt, apply_opts
 from ember.codegen.periodic import split_periodic
+from ember.codegen.pipeline import lower_optimized
 from ember.codegen.rangeify import rangeify
 from ember.codegen.search import beam_search
-from ember.codegen.transcendental import approximate_transcendentals
-from ember.helpers import BEAM, DEBUG, NOOPT
+from ember.helpers import BEAM, NOOPT
 from ember.renderer import ProgramSpec, Renderer
-from ember.uop.ops import GroupOp, Ops, UOp, print_graph
+from ember.uop.ops import GroupOp, Ops, UOp
 
 
 def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: list[Opt] | None = None) -> ProgramSpec:
@@ -25,12 +22,7 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: lis
     if opts is None: opts = [] if NOOPT else hand_coded_opts(sink, renderer)
     name = name or kernel_name(ast)
     sink = apply_opts(sink, opts, name)  # loops split into lanes and slices per core
-    sink = approximate_transcendentals(sink, renderer)  # exp/log on vector lanes -> polynomials, not libm
-    sink = expand(sink, renderer)  # lanes -> vectors of the renderer's width, or unrolled copies
-    contract = any(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in opts)  # a reordered kernel: sums of products by fma
-    sink = lower(sink, contract)  # REDUCE -> accumulator loops; every RANGE closed by an END
-    uops = linearize(sink)  # DAG -> ordered list
-    if DEBUG >= 5: print(print_graph(sink))
+    uops = lower_optimized(sink, opts, renderer)  # transcendentals -> expand -> lower -> linearize (pipeline.py)
     src = renderer.render(name, uops)
     flops, mem = estimate_work(uops)
     outputs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and

@@ -37,11 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ember.codegen.expand import expand
 from ember.codegen.heuristic import hand_coded_opts
-from ember.codegen.linearize import linearize
-from ember.codegen.lowerer import lower
 from ember.codegen.opt import KernelOptError, Opt, OptOps, apply_opt, apply_opts, kernel_axes, range_size
+from ember.codegen.pipeline import lower_optimized
 from ember.device import Buffer, Compiled, Device, cache_write, discard_damaged, read_cached, scratch_dir
 from ember.errors import CompileError
 from ember.helpers import CACHELEVEL, DEBUG, Context, cache_dir
@@ -160,12 +158,9 @@ def actions(sink: UOp, renderer: Renderer) -> list[Opt]:
     return opts + [Opt(OptOps.SWAP, i, j) for i in outputs for j in outputs if i < j]
 
 
-# TODO(issue 14): get_program's stages after apply_opts, repeated: get_program should expose them as one function
 def render(sink: UOp, opts: tuple[Opt, ...], renderer: Renderer, name: str) -> tuple[str, int]:
-    """The source and thread count of `sink`, whose `opts` are applied: get_program's stages after apply_opts."""
-    sink = expand(sink, renderer)
-    sink = lower(sink, any(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in opts))
-    uops = linearize(sink)
+    """The source and thread count of `sink`, whose `opts` are applied, as get_program renders it."""
+    uops = lower_optimized(sink, opts, renderer)
     return renderer.render(name, uops), next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)
 
 
