@@ -416,3 +416,18 @@ def test_a_padded_input_read_by_a_window_is_stored_padded(padding: int, kernels:
     assert not gated, "the convolution's reads carry no padding gate"
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding).numpy()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m, k, n, copies", [(128, 96, 112, 1), (16, 24, 8, 0)])
+def test_x_at_w_transposed_copies_w_transposed_when_big(m: int, k: int, n: int, copies: int):
+    """x @ w.T (a Linear layer) reads w along its rows: from PACK_MACS multiply-adds up, w.T is first copied into
+    (k, n) order so the product streams it in vectors (measured: 256x784x512 1.87 -> 1.55 ms); gradients pass
+    through the copy."""
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+    tw = Tensor(w, requires_grad=True)
+    out = Tensor(x) @ tw.T
+    assert len(out.schedule()) == 1 + copies
+    np.testing.assert_allclose(out.numpy(), x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+    out.sum().backward()
+    np.testing.assert_allclose(tw.grad.numpy(), np.broadcast_to(x.sum(0), (n, k)), rtol=1e-4, atol=1e-4)
