@@ -221,8 +221,11 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], di
     if computed:
         sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_use_computed, ctx=computed, bottom_up=True)
         outputs = list(sink.src)
-    moved = graph_rewrite_map(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_split_reduce)
-    outputs = [moved[u] for u in outputs]
+    sink = UOp(Ops.SINK, dtypes.void, tuple(outputs))
+    moved: dict[UOp, UOp] = {}  # (a rewrite of a graph without such a reduction would only cost time)
+    if any(u.op is Ops.REDUCE_AXIS and split_reduce(u) is not None for u in sink.toposort()):
+        moved = graph_rewrite_map(sink, pm_split_reduce)
+        outputs = [moved[u] for u in outputs]
     realized, together = find_realized(outputs)
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
     views: dict[UOp, UOp] = {}
