@@ -178,6 +178,7 @@ POOL_SOURCE = """#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 typedef void (*task_fn)(void **args, int32_t core);
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER, wake_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -189,13 +190,19 @@ static void **task_args;
 static int task_threads;
 static int started, owner_pid;
 static unsigned first_seen[1024];  /* the generation each worker was started in: it runs the ones after */
-#define SPINS 200000
+#define SPIN_NS 1000000  /* a worker spins 1 ms after a kernel: 200000 sched_yields burned 100 ms of a core */
+static long long now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 static void *worker(void *arg) {
   int core = (int)(intptr_t)arg;
   unsigned seen = first_seen[core];
   for (;;) {
-    for (int spin = 0; atomic_load_explicit(&generation, memory_order_acquire) == seen; spin++) {
-      if (spin < SPINS) { sched_yield(); continue; }
+    long long until = now_ns() + SPIN_NS;
+    while (atomic_load_explicit(&generation, memory_order_acquire) == seen) {
+      if (now_ns() < until) { sched_yield(); continue; }
       pthread_mutex_lock(&wake_lock);
       while (atomic_load(&generation) == seen) pthread_cond_wait(&wake, &wake_lock);
       pthread_mutex_unlock(&wake_lock);
