@@ -228,3 +228,19 @@ VECTOR_TARGETS = [
 @pytest.mark.parametrize("target, width", VECTOR_TARGETS, ids=[f"{w}-{i}" for i, (_, w) in enumerate(VECTOR_TARGETS)])
 def test_vector_bytes(target: str, width: int) -> None:
     assert vector_bytes(target) == width
+
+
+def test_idle_workers_sleep_after_a_millisecond(cache: Path) -> None:
+    """After a threaded kernel the workers spin about 1 ms (the next kernel usually follows sooner), then sleep:
+    idle, the process burns almost no CPU (200000 sched_yields used to burn 100 ms of a core after every kernel)."""
+    out = run_python("""
+        import resource, time
+        run = threaded(data(64, 64).sum(1), [Opt(TH, 0, 2)])
+        def cpu(): r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
+        burned = []
+        for _ in range(3):
+            run()
+            before = cpu(); time.sleep(0.3); burned.append(cpu() - before)
+        print(min(burned))
+    """, cache)
+    assert float(out) < 0.03, f"{float(out) * 1e3:.1f} ms of CPU burned while idle"
