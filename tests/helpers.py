@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,15 @@ def use_fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(realize, "_runners", {})
     assert cache_dir() == str(root)
     return root
+
+
+def fresh_module_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """use_fresh_cache for a whole module (one empty cache for its many kernels): `yield from` it in a
+    module-scoped fixture."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EMBER_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.setattr(realize, "_runners", {})
+        yield
 
 
 def unique_constant() -> float:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import ember.engine.realize as realize
 from ember import Tensor
 from ember.codegen import get_program
 from ember.codegen.heuristic import hand_coded_opts
@@ -31,6 +30,7 @@ from ember.dtype import to_numpy
 from ember.helpers import Context
 from ember.renderer.cstyle import CRenderer
 from ember.uop.ops import AxisKind, Ops, UOp
+from tests.helpers import fresh_module_cache
 
 LANE_AMOUNTS = {OptOps.UPCAST: (3, 4, 8, 16, 31), OptOps.UNROLL: (2, 3, 4, 16, 31, 32)}  # as single opts
 THREAD_AMOUNTS = (2, 3)
@@ -40,11 +40,7 @@ SENTINEL = 0xAB  # the bytes outputs hold before a kernel runs: an element it do
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One empty cache for the module (tests/helpers.py's use_fresh_cache, for a module's many kernels)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EMBER_CACHE", str(tmp_path_factory.mktemp("cache")))
-        mp.setattr(realize, "_runners", {})
-        yield
+    yield from fresh_module_cache(tmp_path_factory)
 
 
 def up(axis: int, amount: int) -> Opt: return Opt(OptOps.UPCAST, axis, amount)

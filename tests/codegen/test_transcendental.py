@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-import ember.engine.realize as realize
 from ember import Tensor
 from ember.codegen import get_program
 from ember.codegen.opt import Opt, OptOps
@@ -37,6 +36,7 @@ from ember.helpers import Context
 from ember.renderer.cstyle import CRenderer
 from ember.uop.interpret import evaluate
 from ember.uop.ops import Ops, UOp, VarArg
+from tests.helpers import fresh_module_cache
 
 NUMPY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2}
 LIBM_CALL = {"exp": "expf(", "exp2": "exp2f(", "log": "logf(", "log2": "log2f("}
@@ -47,11 +47,7 @@ RENDERERS = [CRenderer(16, 1), CRenderer(32, 1), CRenderer(64, 1)]  # SSE, AVX2,
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One empty cache for the module (tests/helpers.py's use_fresh_cache, for a module's many kernels)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EMBER_CACHE", str(tmp_path_factory.mktemp("cache")))
-        mp.setattr(realize, "_runners", {})
-        yield
+    yield from fresh_module_cache(tmp_path_factory)
 
 
 # ---- ulps -----------------------------------------------------------------------------------------------------------
