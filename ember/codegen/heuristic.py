@@ -27,11 +27,18 @@ THREAD_WORK = 1 << 16  # iterations of the innermost body (lanes counted) below 
 VECTOR_REGISTERS = {64: 32, 32: 16, 16: 16}  # by vector width in bytes: x86's zmm, ymm and xmm register files
 
 
-def stride_one(offset: UOp, rng: UOp) -> bool:
-    """Whether the access at `offset` moves to the next element when `rng` steps by one."""
+def stride_one(offset: UOp, rng: UOp, group: int = 1) -> bool:
+    """Whether the access at `offset` moves to the next element when `rng` steps by one inside each aligned group
+    of `group` values (what one vector of that many lanes needs: a matmul's right operand packed in panels of 16
+    columns is stride one within its panels, not across them)."""
     if rng not in offset.ranges: return False
-    other = rng.replace(arg=type(rng.arg)(-1, rng.arg.kind))  # rng itself in rng + 1 would be substituted again
-    step = graph_rewrite(substitute(offset, {rng: other + 1}) - substitute(offset, {rng: other}), symbolic)
+    size = range_size(rng)
+    if group < 2 or size % group: group = 1
+    kind = rng.arg.kind  # new ranges: rng itself in rng + 1 would be substituted again
+    outer = rng.replace(src=(UOp.const(rng.dtype, size // group),), arg=type(rng.arg)(-1, kind))
+    lane = rng.replace(src=(UOp.const(rng.dtype, max(group - 1, 1)),), arg=type(rng.arg)(-2, kind))
+    at = outer * group + lane if group > 1 else outer
+    step = graph_rewrite(substitute(offset, {rng: at + 1}) - substitute(offset, {rng: at}), symbolic)
     return step.op is Ops.CONST and step.arg == 1
 
 
@@ -72,14 +79,14 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     if lanes >= 2:
         # a stride-one access is one vector load per `lanes` elements; another that moves with the axis is a gather,
         # `lanes` scalar loads (one that does not move is a broadcast: free)
-        scores = {a: sum(runs[o] if stride_one(o, a) else -runs[o] * (lanes - 1) if a in o.ranges else 0
+        scores = {a: sum(runs[o] if stride_one(o, a, fit(a)) else -runs[o] * (lanes - 1) if a in o.ranges else 0
                          for o in offsets) for a in axes if fit(a) >= min(4, lanes)}
         scores = {a: s for a, s in scores.items() if s > 0 and (a.arg.kind is AxisKind.REDUCE or
-                                                           all(stride_one(o, a) for o in stored))}
+                                                           all(stride_one(o, a, fit(a)) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
     if vector is not None: lanes = fit(vector)
     registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
-    streamed = [o for o in offsets if vector is not None and stride_one(o, vector)]
+    streamed = [o for o in offsets if vector is not None and stride_one(o, vector, lanes)]
     if vector is not None and vector.arg.kind is AxisKind.REDUCE and (pair := dot_tile(outputs, streamed)):
         # dot products (x @ w.T: both operands stride one along the sum): an r x c tile of vector accumulators,
         # each step loads r + c vectors for r*c fused multiply-adds

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+import ember.mixin.reduce as reduce_mixin
 from ember import Tensor
 from ember.codegen import get_program
-from ember.codegen.heuristic import hand_coded_opts
+from ember.codegen.heuristic import hand_coded_opts, stride_one
 from ember.codegen.opt import KernelOptError, Opt, OptOps, apply_opt, kernel_axes
 from ember.codegen.periodic import split_periodic
 from ember.codegen.rangeify import rangeify
@@ -486,3 +487,36 @@ def test_noopt_gives_no_opts() -> None:
     assert spec.opts == () and spec.threads == 1
     with Context(NOOPT=0): spec = get_program(kernel.ast, CRenderer(64, 4))
     assert spec.opts and spec.threads == 4
+
+
+def test_stride_one_within_aligned_groups() -> None:
+    """A matmul's right operand in panels one vector wide, offset (j//16)*K*16 + k*16 + j%16: stride one inside
+    each group of 16 values of j (a vector's lanes), not across groups."""
+    j = UOp.range(64, 0, AxisKind.GLOBAL)
+    k = UOp.range(8, 1, AxisKind.REDUCE)
+    offset = (j // 16) * (8 * 16) + k * 16 + j % 16
+    assert stride_one(offset, j, 16)
+    assert not stride_one(offset, j) and not stride_one(offset, j, 32) and not stride_one(offset, k, 16)
+
+
+@pytest.mark.parametrize("shapes", [[(48, 64), (64, 32)], [(3, 24, 16), (3, 16, 48)]])
+def test_matmul_in_panels_runs_right_and_vectorized(shapes: list[tuple[int, ...]],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """From PANEL_MACS multiply-adds, matmul copies its right operand into panels one vector wide: the product reads
+    them in vectors (no gather), values and gradients as numpy's."""
+    renderer = Device["CPU"].renderer
+    if renderer.vector_bytes == 0: pytest.skip("no vectors on this CPU")
+    monkeypatch.setattr(reduce_mixin, "PANEL_MACS", 1)
+    a, b = (floats(s, seed=9 + i) for i, s in enumerate(shapes))
+    tb = Tensor(b, requires_grad=True)
+    out = Tensor(a) @ tb
+    items = out.schedule()
+    assert len(items) == 2, "a panel copy, then the product"
+    with Context(NOOPT=0): spec = get_program(items[-1].ast, renderer)
+    assert any(u.op is Ops.LOAD and u.dtype.count > 1 for u in spec.uops), spec.opts
+    assert not [u for u in spec.uops if u.op is Ops.VECTORIZE and all(s.op is Ops.LOAD for s in u.src) and
+                len(set(u.src)) > 1], f"{spec.opts}: a gather"
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    np.testing.assert_allclose(tb.grad.numpy(), np.swapaxes(a, -1, -2) @ np.ones_like(want), rtol=1e-5, atol=1e-5)
