@@ -36,6 +36,31 @@ def simplify(x: UOp) -> UOp:
     return graph_rewrite(x, symbolic)
 
 
+def split_constant(x: UOp) -> tuple[UOp | None, int]:
+    """A simplified integer as (its variable part, its constant term)."""
+    if x.op is Ops.CONST: return None, x.arg
+    if x.op is Ops.ADD and x.src[1].op is Ops.CONST: return x.src[0], x.src[1].arg
+    return x, 0
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def affine_step(x: UOp, rng: UOp) -> int | None:
+    """k where the integer x is f + rng*k with f free of rng (a sum whose terms hold rng only as rng or rng*c);
+    None otherwise."""
+    if x.dtype.is_float or x.dtype.is_bool: return None
+    terms, todo, step = [], [x], 0
+    while todo:
+        t = todo.pop()
+        if t.op is Ops.ADD: todo.extend(t.src)
+        else: terms.append(t)
+    for t in terms:
+        if rng not in t.ranges: continue
+        if t is rng: step += 1
+        elif t.op is Ops.MUL and t.src[0] is rng and t.src[1].op is Ops.CONST: step += t.src[1].arg
+        else: return None
+    return step
+
+
 @dataclass
 class Expander:
     """Builds the expanded value of each node under an environment: a value per unrolled range, the first lane of
@@ -84,10 +109,18 @@ class Expander:
         """An address or gate expression: one simplified scalar, or one per lane."""
         out = self.value(x, env)
         if self.is_scalar(out): return simplify(out)  # type: ignore[arg-type]
+        if self.vector is not None and (step := affine_step(x, self.vector)) is not None:
+            # x = f + vector*step: lane i is lane 0 plus i*step, one simplification instead of one per lane
+            var, c = split_constant(simplify(self.lane(out, 0)))
+            return tuple(UOp.const(x.dtype, c + i * step) if var is None else
+                         var + UOp.const(x.dtype, c + i * step) if c + i * step else var for i in range(self.width))
         return tuple(simplify(v) for v in self.lanes(out))
 
     def consecutive(self, offsets: Lanes) -> bool:
         if not isinstance(offsets, tuple): return False
+        # simplified sums keep their constant last: x + c, x + c + 1, ... needs no simplification of differences
+        parts = [split_constant(o) for o in offsets]
+        if all(p[0] is parts[0][0] and p[1] == parts[0][1] + i for i, p in enumerate(parts)): return True
         first = offsets[0]
         return all((d := simplify(o - first)).op is Ops.CONST and d.arg == i for i, o in enumerate(offsets))
 
