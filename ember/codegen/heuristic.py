@@ -16,6 +16,8 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
 
 from __future__ import annotations
 
+import functools
+
 from ember.codegen.opt import Opt, OptOps, apply_opt, kernel_axes, range_size
 from ember.helpers import prod
 from ember.renderer import Renderer
@@ -27,6 +29,7 @@ THREAD_WORK = 1 << 16  # iterations of the innermost body (lanes counted) below 
 VECTOR_REGISTERS = {64: 32, 32: 16, 16: 16}  # by vector width in bytes: x86's zmm, ymm and xmm register files
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def stride_one(offset: UOp, rng: UOp, group: int = 1) -> bool:
     """Whether the access at `offset` moves to the next element when `rng` steps by one inside each aligned group
     of `group` values (what one vector of that many lanes needs: a matmul's right operand packed in panels of 16
