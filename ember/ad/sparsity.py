@@ -11,7 +11,8 @@ Colorings (Gebremedhin, Manne and Pothen, "What color is your Jacobian?", SIAM R
   jacobian is then one forward direction per color. `color_rows` is the same on the transpose, for reverse mode.
 - `star_coloring`: a symmetric matrix's columns colored so that every path on four vertices uses at least three
   colors; each nonzero of the hessian can then be read directly from one of the compressed products.
-Both are greedy, in natural order: a banded matrix of band width w gets w colors.
+Both are greedy, in natural order and in largest-degree-first order, keeping the one with fewer colors: a
+banded matrix of band width w gets w colors, an arrowhead 2 wherever its hub variable is.
 """
 
 from __future__ import annotations
@@ -82,37 +83,57 @@ def _gather(u: UOp, x: np.ndarray, inputs: set[UOp]) -> np.ndarray:
 
 
 def color_columns(pattern: np.ndarray) -> np.ndarray:
-    """A color per column such that two columns with a nonzero in the same row differ (greedy, natural order)."""
+    """A color per column such that two columns with a nonzero in the same row differ (greedy, in natural order
+    and in largest-first order, the one with fewer colors kept)."""
     rows_of = [np.flatnonzero(c) for c in pattern.T]
     cols_of = [np.flatnonzero(r) for r in pattern]
-    colors = np.full(pattern.shape[1], -1, dtype=np.int64)
-    for j, rows in enumerate(rows_of):
-        taken = {int(colors[k]) for i in rows for k in cols_of[i]}
-        colors[j] = _smallest_free(taken)
-    return colors
+
+    def greedy(order: list[int]) -> np.ndarray:
+        colors = np.full(pattern.shape[1], -1, dtype=np.int64)
+        for j in order:
+            taken = {int(colors[k]) for i in rows_of[j] for k in cols_of[i]}
+            colors[j] = _smallest_free(taken)
+        return colors
+    conflicts = [sum(len(cols_of[i]) for i in rows) for rows in rows_of]
+    return fewest_colors([greedy(order) for order in vertex_orders(conflicts)])
 
 
 def color_rows(pattern: np.ndarray) -> np.ndarray:
     return color_columns(pattern.T)
 
 
+def vertex_orders(degrees: list[int]) -> list[list[int]]:
+    """The orders a greedy coloring tries: natural (best for banded patterns) and largest degree first (a hub
+    variable colored first: an arrowhead's hub last gave n colors instead of 2)."""
+    natural = list(range(len(degrees)))
+    return [natural, sorted(natural, key=lambda v: -degrees[v])]
+
+
+def fewest_colors(colorings: list[np.ndarray]) -> np.ndarray:
+    return min(colorings, key=lambda c: int(c.max(initial=-1)))
+
+
 def star_coloring(pattern: np.ndarray) -> np.ndarray:
     """A star coloring of the symmetric pattern's adjacency graph (the diagonal is not an edge): a proper coloring
-    in which every path of four vertices has three colors (greedy, Gebremedhin et al. 2005, algorithm 4.1)."""
+    in which every path of four vertices has three colors (greedy, Gebremedhin et al. 2005, algorithm 4.1, in the
+    orders of vertex_orders, the one with fewer colors kept)."""
     n = pattern.shape[0]
     adj = [np.flatnonzero(pattern[v] & (np.arange(n) != v)) for v in range(n)]
-    colors = np.full(n, -1, dtype=np.int64)
-    for v in range(n):
-        taken: set[int] = set()
-        for w in adj[v]:
-            if colors[w] >= 0: taken.add(int(colors[w]))
-            for x in adj[w]:
-                if x == v or colors[x] < 0: continue
-                if colors[w] < 0: taken.add(int(colors[x]))  # v-w-x: v must not repeat x's color around w
-                elif any(colors[y] == colors[w] for y in adj[x] if y != w):
-                    taken.add(int(colors[x]))  # v-w-x-y, y colored like w: v like x makes a 2-colored path
-        colors[v] = _smallest_free(taken)
-    return colors
+
+    def greedy(order: list[int]) -> np.ndarray:
+        colors = np.full(n, -1, dtype=np.int64)
+        for v in order:
+            taken: set[int] = set()
+            for w in adj[v]:
+                if colors[w] >= 0: taken.add(int(colors[w]))
+                for x in adj[w]:
+                    if x == v or colors[x] < 0: continue
+                    if colors[w] < 0: taken.add(int(colors[x]))  # v-w-x: v must not repeat x's color around w
+                    elif any(colors[y] == colors[w] for y in adj[x] if y != w):
+                        taken.add(int(colors[x]))  # v-w-x-y, y colored like w: v like x makes a 2-colored path
+            colors[v] = _smallest_free(taken)
+        return colors
+    return fewest_colors([greedy(order) for order in vertex_orders([len(a) for a in adj])])
 
 
 def _smallest_free(taken: set[int]) -> int:

@@ -117,6 +117,11 @@ def arrow_energy(x: Tensor) -> Tensor:
     return x[0] * (x[1:] ** 2).sum() + (x ** 4).sum()
 
 
+def arrow_energy_hub_last(x: Tensor) -> Tensor:
+    """The arrowhead with its hub variable last: a greedy star coloring in natural order gave it n colors."""
+    return x[-1] * (x[:-1] ** 2).sum() + (x ** 4).sum()
+
+
 def kinked_energy(x: Tensor) -> Tensor:
     """A WHERE and a maximum inside a scalar: max(x_i, x_i+1)^2 x_i-1 couples x_i-1 with x_i+1, so band width 5."""
     return ((x > 0).where(x ** 3, x ** 2) + x.maximum(shifted(x, 1)) ** 2 * shifted(x, -1)).sum()
@@ -163,6 +168,7 @@ JACOBIANS = {c.name: c for c in [
 HESSIANS = {c.name: c for c in [
     Case("rosenbrock", rosenbrock, ((6,),)),
     Case("arrow_energy", arrow_energy, ((6,),)),
+    Case("arrow_energy_hub_last", arrow_energy_hub_last, ((9,),)),
     Case("kinked_energy", kinked_energy, ((7,),)),
     Case("pair_energy", pair_energy, ((9,),)),
     Case("coupled_energy", coupled_energy, ((2,), (7,)), argnum=1),
@@ -265,7 +271,7 @@ def test_pattern_has_no_spurious_nonzeros(name, nnz):
 # A band of width w needs w colors (a tridiagonal matrix 3), whatever its size; rows that share no column need one
 # row color; a star coloring gives an arrowhead hessian 2 (the hub and the rest).
 COLORS = {"bratu": 3, "banded": 5, "block_diagonal": 3, "two_totals": 2, "block_rows": 1, "rosenbrock": 3,
-          "arrow_energy": 2, "kinked_energy": 5, "coupled_energy": 3}
+          "arrow_energy": 2, "arrow_energy_hub_last": 2, "kinked_energy": 5, "coupled_energy": 3}
 
 
 @pytest.mark.parametrize("name, colors", COLORS.items())
