@@ -16,8 +16,13 @@ from typing import Any
 
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
-    """The environment variable `key` converted to the type of `default`."""
-    return type(default)(os.getenv(key, default))
+    """The environment variable `key` converted to the type of `default`; a value that does not convert is a
+    ValueError naming the variable (BEAM=x, EMBER_THREADS=two)."""
+    value = os.getenv(key, default)
+    try:
+        return type(default)(value)
+    except ValueError:
+        raise ValueError(f"${key}={value!r}: expected {type(default).__name__} (e.g. {key}={default})") from None
 
 
 class ContextVar:

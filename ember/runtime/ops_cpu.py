@@ -32,7 +32,7 @@ from ember.device import (
     write_atomically,
 )
 from ember.errors import CompileError
-from ember.helpers import CACHELEVEL, cache_dir
+from ember.helpers import CACHELEVEL, cache_dir, getenv
 from ember.renderer.cstyle import CRenderer
 
 C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-fno-math-errno",
@@ -167,7 +167,7 @@ def vector_bytes(target: str) -> int:
 
 def cpu_cores() -> int:
     """The cores this process may run on (os.sched_getaffinity), or $EMBER_THREADS where set."""
-    if (threads := os.getenv("EMBER_THREADS")): return max(1, int(threads))
+    if os.getenv("EMBER_THREADS"): return max(1, getenv("EMBER_THREADS", 1))
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
