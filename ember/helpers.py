@@ -16,6 +16,11 @@ from typing import Any
 
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
+    """env_value, read once per process."""
+    return env_value(key, default)
+
+
+def env_value(key: str, default: Any = 0) -> Any:
     """The environment variable `key` converted to the type of `default`; a value that does not convert is a
     ValueError naming the variable (BEAM=x, EMBER_THREADS=two)."""
     value = os.getenv(key, default)

@@ -42,7 +42,7 @@ from ember.codegen.opt import KernelOptError, Opt, OptOps, apply_opt, apply_opts
 from ember.codegen.pipeline import lower_optimized
 from ember.device import Buffer, Compiled, Device, cache_write, discard_damaged, read_cached, scratch_dir
 from ember.errors import CompileError
-from ember.helpers import CACHELEVEL, DEBUG, Context, cache_dir
+from ember.helpers import CACHELEVEL, DEBUG, cache_dir
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, UOp
 from ember.uop.text import graph_text, value_text
@@ -188,8 +188,7 @@ class Bench:
         unique = list({c.sink: c for c in candidates}.values())  # equal kernels are one UOp (hash-consing)
         fresh = [c for c in unique if c.sink not in self.timed]
         programs = []
-        with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                else os.cpu_count() or 1) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, self.renderer.cores)) as pool:
             jobs: list[tuple[Candidate, int, Future[bytes]]] = []
             for i, c in enumerate(fresh):
                 self.progress(f"{label}: rendering {i + 1}/{len(fresh)}")
@@ -206,7 +205,7 @@ class Bench:
                 except CompileError:
                     continue
                 # the program's shared object goes to a private scratch folder: the cache keeps only the winner
-                with Context(CACHELEVEL=0): program = self.device.program(self.name, lib, threads=threads)
+                program = self.device.program(self.name, lib, threads=threads, cached=False)
                 if (path := getattr(program, "path", "")).startswith(scratch_dir() + os.sep):
                     os.unlink(path)  # loaded, it needs no file (a search loads dozens; the folder lives until exit)
                 programs.append((c, program))

@@ -32,7 +32,7 @@ from ember.device import (
     write_atomically,
 )
 from ember.errors import CompileError
-from ember.helpers import CACHELEVEL, cache_dir, getenv
+from ember.helpers import CACHELEVEL, cache_dir, env_value
 from ember.renderer.cstyle import CRenderer
 
 C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-fno-math-errno",
@@ -167,7 +167,7 @@ def vector_bytes(target: str) -> int:
 
 def cpu_cores() -> int:
     """The cores this process may run on (os.sched_getaffinity), or $EMBER_THREADS where set."""
-    if os.getenv("EMBER_THREADS"): return max(1, getenv("EMBER_THREADS", 1))
+    if os.getenv("EMBER_THREADS"): return max(1, env_value("EMBER_THREADS", 1))
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -251,9 +251,10 @@ class CPUProgram:
     """A compiled kernel: loads the shared object and calls the function with buffer pointers. A threaded kernel
     (threads > 1) runs on the thread pool, once per core, each call given its slice; ctypes releases the GIL."""
 
-    def __init__(self, name: str, lib: bytes, threads: int = 1, compiler: CCompiler | None = None) -> None:
+    def __init__(self, name: str, lib: bytes, threads: int = 1, compiler: CCompiler | None = None,
+                 cached: bool = True) -> None:
         self.name, self.threads = name, threads
-        self.path = loadable_file(f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so", lib)
+        self.path = loadable_file(f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so", lib, cached)
         try:
             self.lib = ctypes.CDLL(self.path)
         except OSError:  # evicted by another process between the check and the load
@@ -277,11 +278,12 @@ class CPUProgram:
         return time.perf_counter() - start if wait else None
 
 
-def loadable_file(name: str, lib: bytes) -> str:
+def loadable_file(name: str, lib: bytes, cached: bool = True) -> str:
     """A path to a file holding exactly `lib`, for dlopen: in the cache's lib/ when it holds these bytes or can take
-    them, else in scratch_dir(). The file there is read and compared before use: its name is a hash of the bytes it
-    should hold, but a file truncated or overwritten since would load another kernel, or fail on every run."""
-    if CACHELEVEL:
+    them (and `cached`: a BEAM candidate is not kept), else in scratch_dir(). The file there is read and compared
+    before use: its name is a hash of the bytes it should hold, but a file truncated or overwritten since would load
+    another kernel, or fail on every run."""
+    if CACHELEVEL and cached:
         path = os.path.join(cache_dir(), "lib", name)
         if (found := read_cached(path)) == lib: return path
         if found is not None: discard_damaged(path, f"it holds {len(found)} bytes other than the kernel in its name")

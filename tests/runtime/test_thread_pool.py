@@ -249,8 +249,8 @@ def test_idle_workers_sleep_after_a_millisecond(cache: Path) -> None:
 @pytest.mark.parametrize("key, value", [("EMBER_THREADS", "two"), ("EMBER_THREADS", "1.5"), ("BEAM", "x")])
 def test_a_flag_that_is_not_a_number_is_named(key: str, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A setting that does not parse says which variable and what it got, not int()'s bare message."""
-    from ember.helpers import getenv
+    from ember.helpers import env_value
     monkeypatch.setenv(key, value)
-    with pytest.raises(ValueError, match=rf"^\${key}='{value}': expected int"): getenv(key, 1)
+    with pytest.raises(ValueError, match=rf"^\${key}='{value}': expected int"): env_value(key, 1)
     if key == "EMBER_THREADS":
         with pytest.raises(ValueError, match=r"\$EMBER_THREADS"): cpu_cores()
