@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own spelling)
 
+from ember import Tensor
 from tests.helpers import REDUCE_TOL, check, sample
 
 
@@ -214,3 +215,10 @@ def test_movement_views_share_one_realized_input():
     np.testing.assert_array_equal(a.numpy(), arange((3, 4)).T)
     np.testing.assert_array_equal(b.numpy(), arange((3, 4))[::-1])
     assert torch.equal(torch.from_numpy(x.numpy()), torch.from_numpy(arange((3, 4))))
+
+
+def test_flip_of_a_permuted_view_read_again_through_a_reshape():
+    # regression: the index of (8 - 2j + l) // 2 lost its j term (symbolic fold_divmod) and read the wrong elements
+    a = np.arange(100.0)
+    got = Tensor(a).reshape(5, 10, 2).permute(1, 0, 2).reshape(10, 10).reshape(10, 5, 2).flip(1).reshape(100)
+    np.testing.assert_array_equal(got.numpy(), a.reshape(5, 10, 2).transpose(1, 0, 2)[:, ::-1].reshape(100))

@@ -200,10 +200,11 @@ def fold_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
         return y // (c // g) if is_div else (y % (c // g)) * g
     if x.vmin < 0: return None
     if x.vmax < c: return x.const_like(0) if is_div else x
-    # k*t = (k//d)*d*t + (k%d)*t: the multiples of d move to the quotient (a pool's (h + 31*kh) % 30 is h + kh)
-    quotient = {t: k // c for t, k in terms.items() if k >= c}
+    # k*t = (k//d)*d*t + (k%d)*t: the multiples of d move to the quotient (a pool's (h + 31*kh) % 30 is h + kh), a
+    # negative coefficient only when d divides it (else the rest could go negative, where C's / is not floor)
+    quotient = {t: k // c for t, k in terms.items() if k >= c or k % c == 0}
     if not quotient and const < c: return None  # only dropping multiples of d from a constant >= d is progress
-    rest = build_sum(x.dtype, ((t, k % c if k >= c else k) for t, k in terms.items() if k % c != 0), const % c)
+    rest = build_sum(x.dtype, ((t, k % c if t in quotient else k) for t, k in terms.items()), const % c)
     if rest.vmin < 0: return None
     q = build_sum(x.dtype, quotient.items(), const // c)
     if rest.vmax < c: return q if is_div else rest

@@ -306,6 +306,16 @@ def test_div_by_int_min_terminates():  # regression: x // INT_MIN -> -(x // -INT
     assert _finishes_within(3, setup, "simplify(UOp.variable('x', -2**31, 5) // -2**31)")
 
 
+@pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD])
+def test_divmod_keeps_negative_multiples_of_the_divisor(op):
+    # regression: (8 - 2j + l) // 2 dropped the -2j term (a negative multiple of the divisor went to neither the
+    # quotient nor the rest): a flip of a permuted view read the wrong elements
+    j, l = UOp.variable("j", 0, 4), UOp.variable("l", 0, 1)
+    for expr in ((j * -2 + l + 8).alu(op, UOp.const(dtypes.int32, 2)),
+                 (j * -22 + l * 3 + 100).alu(op, UOp.const(dtypes.int32, 11))):
+        check_same_value_everywhere(expr, simplify(expr))
+
+
 def test_finishes_within_tells_a_loop_from_a_return():
     assert _finishes_within(3, "", "pass") and not _finishes_within(1, "", "while True: pass")
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
