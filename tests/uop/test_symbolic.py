@@ -308,11 +308,11 @@ def test_div_by_int_min_terminates():  # regression: x // INT_MIN -> -(x // -INT
 
 @pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD])
 def test_divmod_keeps_negative_multiples_of_the_divisor(op):
-    # regression: (8 - 2j + l) // 2 dropped the -2j term (a negative multiple of the divisor went to neither the
+    # regression: (8 - 2j + k) // 2 dropped the -2j term (a negative multiple of the divisor went to neither the
     # quotient nor the rest): a flip of a permuted view read the wrong elements
-    j, l = UOp.variable("j", 0, 4), UOp.variable("l", 0, 1)
-    for expr in ((j * -2 + l + 8).alu(op, UOp.const(dtypes.int32, 2)),
-                 (j * -22 + l * 3 + 100).alu(op, UOp.const(dtypes.int32, 11))):
+    j, k = UOp.variable("j", 0, 4), UOp.variable("k", 0, 1)
+    for expr in ((j * -2 + k + 8).alu(op, UOp.const(dtypes.int32, 2)),
+                 (j * -22 + k * 3 + 100).alu(op, UOp.const(dtypes.int32, 11))):
         check_same_value_everywhere(expr, simplify(expr))
 
 
