@@ -115,7 +115,66 @@ def grad_gather(ctx: Tensor, ret: UOp, x: UOp, idx: UOp) -> Grads:
     return hit.where(per_read, 0).sum(1).reshape(lead + (n,) + trail), None
 
 
+def is_zero(u: UOp) -> bool:
+    """u is zero by construction: a constant 0, or a window of a PAD that lies in its padding (what a SHRINK's
+    gradient holds outside the window it took)."""
+    while u.op is Ops.RESHAPE: u = u.src[0]
+    if constant_of(u) == 0: return True
+    if u.op is not Ops.SHRINK or u.src[0].op is not Ops.PAD: return False
+    pad, inner = u.src[0], u.src[0].src[0]
+    return any(e <= before or b >= before + size for (b, e), (before, _), size in zip(u.arg, pad.arg, inner.shape,
+                                                                                        strict=True))
+
+
+def grad_fold(ctx: Tensor, ret: UOp) -> Grads:
+    """A FOLD's vjp is two FOLDs: one that runs the steps again, emitting the carries entering each step, then one
+    over the steps in reverse order whose carries are the carries' cotangents and the params' gradients summed so
+    far, and whose rows are the entering carries, the xs and the cotangent of the step's y: each step pulls them
+    back through the body (its vjp) and emits the xs' gradients."""
+    from ember.scan import body_with, fold_parts, join, make_fold, split
+    a = ret.arg
+    c, y, n = a.carry_size, a.y_size, a.length
+    carry0, xs, params = fold_parts(ret)
+    csizes, xsizes = [s.shape[0] for s in carry0], [r.shape[1] for r in xs]
+    wanted = [p for p in params if p.dtype.is_float]
+    psizes = [prod(p.shape) for p in wanted]
+    t = lambda u: as_tensor(u, ctx)  # noqa: E731
+
+    def replay(carry: list[Tensor], row: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+        outs = [t(o) for o in body_with(a, [v.uop for v in carry], [r.uop for r in row], params)]
+        return outs[:-1], join([outs[-1], *carry])
+
+    again = make_fold(n, [t(s) for s in carry0], [t(r) for r in xs], replay)
+    entering = split(again[c:].reshape(n, y + c)[:, y:], csizes, axis=1)
+    y_cotangent = ctx[c:].reshape(n, y)
+    y = 0 if is_zero(y_cotangent.uop) else y  # the ys are not used (a jacobian of the final carry): no rows of 0
+    rows = [r.flip(0) for r in [*entering, *map(t, xs), *([y_cotangent] if y else [])]]
+
+    def pull(carry: list[Tensor], row: list[Tensor]) -> tuple[list[Tensor], Tensor | None]:
+        values, step_x = row[:len(csizes)], row[len(csizes):len(csizes) + len(xs)]
+        outs = body_with(a, [v.uop for v in values], [r.uop for r in step_x], params)
+        cts = carry[:len(csizes)] + (row[-1:] if y else [])
+        kept = outs[:-1] + (outs[-1:] if y else [])
+        grads = compute_gradient(join([t(o) for o in kept]).uop, join(cts), {*(v.uop for v in values),
+                                                                               *(r.uop for r in step_x), *wanted})
+        def flat(u: UOp, size: int) -> Tensor:
+            return grads[u].reshape(size).cast(ctx.dtype) if u in grads else ctx[:1].zeros_like().expand(size)
+        summed = [acc + flat(p, m) for acc, p, m in zip(carry[len(csizes):], wanted, psizes, strict=True)]
+        pulled_x = [flat(r.uop, m) for r, m in zip(step_x, xsizes, strict=True)]
+        return [*(flat(v.uop, m) for v, m in zip(values, csizes, strict=True)), *summed], \
+            join(pulled_x) if pulled_x else None
+
+    starts = [*split(ctx[:c], csizes), *(ctx[:1].zeros_like().expand(m) for m in psizes)]
+    back = make_fold(n, starts, rows, pull)
+    total = c + sum(psizes)
+    g_carry = split(back[:c], csizes)
+    by_param = {p: g.reshape(p.shape).cast(p.dtype) for p, g in zip(wanted, split(back[c:total], psizes), strict=True)}
+    g_xs = split(back[total:].reshape(n, sum(xsizes)).flip(0), xsizes, axis=1) if xs else []
+    return (*g_carry, *g_xs, *(by_param.get(p) for p in params))
+
+
 pm_gradient = PatternMatcher([
+    (UPat(Ops.FOLD, name="ret"), grad_fold),
     (UPat(Ops.CAST, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.cast(x.dtype),)),
     (UPat((Ops.CONTIGUOUS, Ops.COPY), name="ret"), lambda ctx, ret: (ctx,)),
     (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (ctx.contiguous(),)),

@@ -60,6 +60,10 @@ CACHE_MAX_MB = ContextVar("EMBER_CACHE_MAX_MB", 1024)
 INTERPRET = ContextVar("INTERPRET", 1)
 NOOPT = ContextVar("NOOPT", 0)  # 1: kernels get no opts (no vectors, threads or tiles): the reference codegen
 BEAM = ContextVar("BEAM", 0)  # n > 0: opts found by timing candidates, the n fastest kept per step (codegen/search.py)
+# C++ source of a NumericalFunction above which its native build is refused rather than compiled: g++ -O2 takes
+# about 1 s per 100 KB of ember's straight-line kernels, and minutes and gigabytes from a few MB (a 39 MB unrolled
+# rollout with its jacobians still compiled after 25 minutes)
+MAX_CXX_BYTES = ContextVar("EMBER_MAX_CXX_BYTES", 8_000_000)
 UNROLL = ContextVar("UNROLL", 64)  # most STOREs rangeify unrolls a kernel's small branching output axes into; 0: none
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ember.device import Device
 from ember.dtype import dtypes
@@ -59,7 +60,62 @@ def lift_gather(ctx: Lifting, u: UOp) -> UOp:
     return UOp(Ops.PERMUTE, u.dtype, (out,), order)
 
 
+def lift_fold(ctx: Lifting, u: UOp) -> UOp:
+    """A batched FOLD is one FOLD whose batched carries and xs hold the batch side by side (B*C_i, B*X_i); the body
+    is lifted over the batch, so each step is one evaluation for every element, and what does not depend on the
+    batch (a carry no batched value reaches) stays unbatched, computed once. A carry is batched when its start is
+    or when its next value is: found by lifting the body until no more carries turn batched."""
+    from ember.scan import fold_parts, join, make_fold, split
+    from ember.tensor import Tensor
+    a, b = u.arg, ctx.size
+    y, n = a.y_size, a.length
+    carry0, xs, params = fold_parts(u)
+    lifted = dict(zip(u.src, zip(ctx.srcs, ctx.batched, strict=True), strict=True))
+    sizes = [s.shape[0] for s in carry0]
+    def tensor(v: UOp) -> Tensor: return Tensor._from_uop(v, Device.DEFAULT)
+    batched = [lifted[s][1] for s in carry0]
+    rows_batched = [lifted[r][1] for r in xs]
+    changed = True
+    while changed:
+        probe = _lift_body(a, b, batched, rows_batched, [lifted[p] for p in params])
+        now = [bt or nb for bt, nb in zip(batched, probe, strict=True)]
+        changed, batched = now != batched, now
+    starts = [tensor(v if bt0 else broadcast_front(v, b)).flatten() if bt else tensor(v)
+              for (v, bt0), bt in zip((lifted[s] for s in carry0), batched, strict=True)]
+    rows = [tensor(v).permute(1, 0, 2).flatten(1) if bt else tensor(v) for v, bt in (lifted[r] for r in xs)]
+
+    def body(carry: list[Tensor], row: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+        subst = {ph: ((t.reshape(b, m).uop, True) if bt else (t.uop, False))
+                 for ph, t, m, bt in zip(a.carry, carry, sizes, batched, strict=True)}
+        subst |= {ph: ((t.reshape(b, -1).uop, True) if bt else (t.uop, False))
+                  for ph, t, bt in zip(a.x, row, rows_batched, strict=True)}
+        subst |= {ph: lifted[p] for ph, p in zip(a.params, params, strict=True)}
+        outs = lift(list(a.out), subst, b)
+        nxt = [tensor(v if vb else broadcast_front(v, b)).flatten() if bt else tensor(v)
+               for (v, vb), bt in zip(outs[:-1], batched, strict=True)]
+        ys, ys_batched = outs[-1]
+        return nxt, tensor(ys if ys_batched else broadcast_front(ys, b)).flatten()
+
+    res = make_fold(n, starts, rows, body)
+    widths = [b * m if bt else m for m, bt in zip(sizes, batched, strict=True)]
+    final = [t.reshape(b, m) if bt else broadcast_front(t.uop, b) for t, m, bt in
+             zip(split(res[:sum(widths)], widths), sizes, batched, strict=True)]
+    ys = res[sum(widths):].reshape(n, b, y).permute(1, 0, 2).reshape(b, n * y)
+    return join([t if isinstance(t, Tensor) else tensor(t) for t in final] + [ys], axis=1).uop
+
+
+def _lift_body(a: Any, b: int, batched: list[bool], rows_batched: list[bool], params: list[tuple[UOp, bool]]
+               ) -> list[bool]:
+    """Which of the body's next carries depend on the batch, given which carries and xs do."""
+    subst = {ph: (broadcast_front(ph, b), True) if bt else (ph, False) for ph, bt in zip(a.carry, batched, strict=True)}
+    subst |= {ph: (broadcast_front(ph, b), True) if bt else (ph, False) for ph, bt in zip(a.x, rows_batched,
+                                                                                          strict=True)}
+    subst |= dict(zip(a.params, params, strict=True))
+    return [bt for _, bt in lift(list(a.out[:-1]), subst, b)]
+
+
 pm_lift = PatternMatcher([
+    (UPat(Ops.FOLD, name="u"), lift_fold),
     (UPat(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}, name="u"),
      lift_elementwise),
     (UPat(Ops.RESHAPE, name="u"), lambda ctx, u: UOp(Ops.RESHAPE, u.dtype, ctx.srcs, (ctx.size, *u.arg))),

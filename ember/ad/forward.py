@@ -25,6 +25,7 @@ from ember.ad.batching import lift_node
 from ember.device import Device
 from ember.dtype import dtypes
 from ember.gradient import pm_gradient
+from ember.scan import body_with, fold_parts, join, make_fold, split
 from ember.tensor import Tensor
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 
@@ -40,6 +41,7 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
     """u's tangent from its sources' tangents (None: u does not move along any seed direction)."""
     have = [s in tans for s in u.src]
     if u.op is Ops.DETACH or not any(have): return None
+    if u.op is Ops.FOLD: return fold_tangent(u, tans, size)
     if u.op in LINEAR or (u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD):
         if not have[0]: return None  # a GATHER's indices have no derivative
         return lift_node(u, [(tans[u.src[0]], True), *((s, False) for s in u.src[1:])], size)
@@ -58,6 +60,36 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
     terms = [_tangent(Ops.MUL, t[s], p).cast(u.dtype) for s, p in zip(u.src, partials, strict=True)
              if s in t and p is not None]
     return _sum(terms)
+
+
+def fold_tangent(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp:
+    """A FOLD's tangent is a FOLD carrying the tangents beside the values: one more carry per carry (its `size`
+    tangents, flat) and one more xs per xs that has tangents; each step's y is followed by its tangents. Params'
+    tangents are read as params. The value is split back into (size, C + length*Y)."""
+    a, k = u.arg, size
+    c, y, n = a.carry_size, a.y_size, a.length
+    carry0, xs, params = fold_parts(u)
+    sizes = [s.shape[0] for s in carry0]
+    moving = [i for i, r in enumerate(xs) if r in tans]
+    starts = [as_tensor(s) for s in carry0] + [as_tensor(tans[s]).flatten() if s in tans else
+                                                 Tensor.zeros(k * m, dtype=u.dtype) for s, m in zip(carry0, sizes,
+                                                                                                  strict=True)]
+    rows = [as_tensor(r) for r in xs] + [as_tensor(tans[xs[i]]).permute(1, 0, 2).flatten(1) for i in moving]
+
+    def body(carry: list[Tensor], row: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+        values, step_x = carry[:len(sizes)], row[:len(xs)]
+        seeds = {p: tans[p] for p in params if p in tans}
+        seeds |= {v.uop: t.reshape(k, m).uop for v, t, m in zip(values, carry[len(sizes):], sizes, strict=True)}
+        seeds |= {step_x[i].uop: t.reshape(k, -1).uop for i, t in zip(moving, row[len(xs):], strict=True)}
+        outs = body_with(a, [v.uop for v in values], [r.uop for r in step_x], params)
+        ts = tangents(outs, seeds, k)
+        return [*map(as_tensor, outs[:-1]), *(as_tensor(t).flatten() for t in ts[:-1])], \
+            as_tensor(outs[-1]).cat(as_tensor(ts[-1]).flatten())
+
+    res = make_fold(n, starts, rows, body)
+    ys = res[c + k * c:].reshape(n, y + k * y)[:, y:].reshape(n, k, y).permute(1, 0, 2).reshape(k, n * y)
+    carried = [t.reshape(k, m) for t, m in zip(split(res[c:c + k * c], [k * m for m in sizes]), sizes, strict=True)]
+    return join([*carried, ys], axis=1).uop
 
 
 def _tangent(op: Ops, a: Tensor, b: Tensor) -> Tensor:

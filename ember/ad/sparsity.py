@@ -56,11 +56,40 @@ def _propagate(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp
     if u.op in GroupOp.Elementwise or u.op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY):
         present = [s for s in srcs if s is not None]
         return present[0] if len(present) == 1 else np.logical_or.reduce(present)
+    if u.op is Ops.FOLD: return _fold(u, srcs, cols, inputs)
     assert x is not None
     if u.op in GroupOp.Movement: return apply_movement(u, x, trailing=1)
     if u.op is Ops.REDUCE_AXIS: return x.any(axis=u.arg[1], keepdims=True)
     if u.op is Ops.GATHER: return _gather(u, x, inputs)
     raise NotImplementedError(f"sparsity: no rule for {u.op.name}")
+
+
+def _fold(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp]) -> np.ndarray:
+    """A FOLD's dependencies: the body's propagated once per step, the carries' patterns carried along."""
+    from ember.scan import fold_parts
+    a = u.arg
+    c, y = a.carry_size, a.y_size
+    carry0, xs, params = fold_parts(u)
+    known = dict(zip(u.src, srcs, strict=True))
+    seeds: dict[UOp, np.ndarray | None] = {ph: known[p] for ph, p in zip(a.params, params, strict=True)}
+    held = set(a.carry) | set(a.x)
+    sink = UOp(Ops.SINK, dtypes.void, a.out)
+    order = [n for n in sink.toposort(descend=lambda n: n not in seeds and n not in held) if n is not sink]
+    inside = inputs | held | set(a.params)
+    empty = np.zeros((0, cols), dtype=bool)
+    carries = [known[s] for s in carry0]
+    out = np.zeros((c + a.length * y, cols), dtype=bool)
+    for k in range(a.length):
+        deps = dict(seeds)
+        deps.update(zip(a.carry, carries, strict=True))
+        deps.update((x, None if known[r] is None else known[r][k]) for x, r in zip(a.x, xs, strict=True))
+        for n in order:
+            if n not in deps: deps[n] = _propagate(n, [deps[s] for s in n.src], cols, inside)
+        carries = [deps[o] for o in a.out[:-1]]
+        if (step_y := deps[a.out[-1]]) is not None: out[c + k * y:c + (k + 1) * y] = step_y
+    out[:c] = np.concatenate([x if x is not None else np.zeros((ph.shape[0], cols), dtype=bool)
+                              for x, ph in zip(carries, a.carry, strict=True)] or [empty])
+    return out
 
 
 def _gather(u: UOp, x: np.ndarray, inputs: set[UOp]) -> np.ndarray:

@@ -198,6 +198,7 @@ Axes = tuple[frozenset[int], ...]  # per axis of a node: the output axes its ind
 def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
     """Which output axes each axis of u's sources is indexed by, given u's."""
     none: frozenset[int] = frozenset()
+    if u.op is Ops.FOLD: return []  # stored by a loop of its own: nothing below it is indexed by u's axes
     if u.op is Ops.RESHAPE:
         if 0 in u.src[0].shape: return []
         out = [none] * len(u.src[0].shape)

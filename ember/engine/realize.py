@@ -14,15 +14,19 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import numpy as np
 
 from ember.codegen import get_program, kernel_name
 from ember.codegen.opt import Opt
 from ember.device import Device, cache_write, discard_damaged, read_cached
+from ember.dtype import to_numpy
 from ember.helpers import CACHELEVEL, DEBUG, SPEC, TRACK_REWRITES, ContextVar, cache_dir, colored, source_hash
 from ember.renderer import ProgramSpec, Renderer
-from ember.schedule.kernelize import ExecItem
+from ember.schedule.kernelize import ExecItem, LoopItem, kernels
 from ember.uop.ops import UOp
 from ember.uop.text import graph_text, value_text
 
@@ -82,7 +86,8 @@ def prepare_runners(kernels: list[tuple[str, UOp]]) -> None:
 
 PROGRAM_FORMAT = "ember program 3"  # bump when the entry's fields change
 # flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
-NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB"})
+NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB",
+                               "EMBER_MAX_CXX_BYTES"})
 
 
 def cached_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
@@ -143,20 +148,47 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
         return None
 
 
-def print_schedule(schedule: list[ExecItem]) -> None:
-    """One line per kernel: its name, what it writes and what it reads."""
-    print(colored(f"schedule: {len(schedule)} kernels", "magenta"))
+def print_schedule(schedule: list[ExecItem | LoopItem], indent: str = "") -> None:
+    """One line per kernel: its name, what it writes and what it reads; a loop's body indented under it."""
+    if not indent: print(colored(f"schedule: {len(schedule)} kernels", "magenta"))
     for i, item in enumerate(schedule):
+        if isinstance(item, LoopItem):
+            print(f"  {indent}{i:3d} loop of {item.length} steps: carries {[b.size for b in item.carry]}, xs "
+                  f"{[b.size for b in item.x]}, y {item.y_size}")
+            print_schedule(item.body, indent + "    ")
+            continue
         reads = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[item.outs:]) or "nothing"
         writes = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[:item.outs])
-        print(f"  {i:3d} {kernel_name(item.ast):24s} writes {writes} reads {reads}")
+        print(f"  {indent}{i:3d} {kernel_name(item.ast):24s} writes {writes} reads {reads}")
 
 
-def run_schedule(schedule: list[ExecItem]) -> None:
+def run_schedule(schedule: list[ExecItem | LoopItem]) -> None:
     """Run every item in order, updating GlobalCounters."""
     if DEBUG >= 2: print_schedule(schedule)
-    prepare_runners([(item.bufs[0].device, item.ast) for item in schedule])
+    prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])
+    run_items(schedule)
+
+
+def run_loop(item: LoopItem, run: Callable[[list[ExecItem | LoopItem]], None]) -> None:
+    """A loop's steps from Python, `run` running the body: the carries, xs' rows and y moved through host copies."""
+    n = item.length
+    rows = [xs.numpy().reshape(n, x.size) for xs, x in zip(item.xs, item.x, strict=True)]
+    for carry, start in zip(item.carry, item.carry0, strict=True): carry.copyin(start.numpy())
+    ys = np.empty((n, item.y_size), dtype=to_numpy(item.result.dtype))
+    for k in range(n):
+        for x, r in zip(item.x, rows, strict=True): x.copyin(r[k])
+        run(item.body)
+        for carry, nxt in zip(item.carry, item.out[:-1], strict=True):
+            if carry is not nxt: carry.copyin(nxt.numpy())
+        ys[k] = item.out[-1].numpy()
+    item.result.copyin(np.concatenate([*(carry.numpy() for carry in item.carry), ys.reshape(-1)]))
+
+
+def run_items(schedule: list[ExecItem | LoopItem]) -> None:
     for item in schedule:
+        if isinstance(item, LoopItem):
+            run_loop(item, run_items)
+            continue
         runner = get_runner(item.bufs[0].device, item.ast)
         start = time.perf_counter()
         elapsed = runner(item, wait=DEBUG >= 1)

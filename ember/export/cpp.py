@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from ember.dtype import DType, dtypes
 from ember.export.cpp_names import check_cpp_name, cpp_arg_names
 from ember.export.function import NumericalFunction
 from ember.renderer.cstyle import _LIBM, FLOATS, CRenderer, _libm, _src, c_type, pm_render_c
+from ember.schedule.kernelize import LoopItem
 from ember.uop.ops import Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -145,12 +147,21 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
         offset += -(-max(b.nbytes, 1) // 16) * 16
     kernels: list[dict[str, str]] = []
     by_ast: dict[UOp, str] = {}
-    body: list[str] = []
-    for item in plan.items:
-        if item.ast not in by_ast:
-            by_ast[item.ast] = kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
-            kernels.append({"name": kname, "source": get_program(item.ast, renderer, kname).src.rstrip()})
-        body.append(f"{by_ast[item.ast]}({', '.join(ref[id(b)] for b in item.bufs)});")
+
+    def emit(items: list[Any], depth: int) -> list[str]:
+        """The statements running `items`; a loop's body indented in its `for`, x read in place from xs."""
+        lines: list[str] = []
+        for item in items:
+            if isinstance(item, LoopItem):
+                lines += _loop_lines(item, depth, ref, emit)
+                continue
+            if item.ast not in by_ast:
+                by_ast[item.ast] = kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
+                kernels.append({"name": kname, "source": get_program(item.ast, renderer, kname).src.rstrip()})
+            lines.append(f"{by_ast[item.ast]}({', '.join(ref[id(b)] for b in item.bufs)});")
+        return lines
+
+    body = emit(plan.items, 0)
     # Two outputs that are one value (`lambda x: (x, x)`) are one buffer of the plan, which the kernels write through
     # the first output's pointer: every later one gets a copy, or the caller would read whatever its memory held.
     for b, m in zip(plan.outputs, outputs, strict=True):
@@ -165,6 +176,27 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
         f"{b.ctype}{list(b.dims)}" for b in outputs), "inputs": inputs, "outputs": outputs, "sizes": sizes,
         "constants": constants, "kernels": kernels, "body": body, "workspace_bytes": offset,
         "sparse": _sparsity_model(f)}
+
+
+def _loop_lines(item: LoopItem, depth: int, ref: dict[int, str], emit: Callable[[list[Any], int], list[str]]
+                ) -> list[str]:
+    """A loop as C++: the carries set, then per step the body (each x a pointer into its xs), the next carries and
+    the step's y copied out of the body's output; then the final carries. Counters are named by depth (nesting)."""
+    k, c, y = f"step{depth}", item.carry_size, item.y_size
+    ct = c_type(item.result.dtype)
+    result = ref[id(item.result)]
+    for x, xs in zip(item.x, item.xs, strict=True): ref[id(x)] = f"({ref[id(xs)]} + {k} * {x.size})"
+    inner = emit(item.body, depth + 1)
+    before, after, at = [], [], 0
+    for carry, start, nxt in zip(item.carry, item.carry0, item.out[:-1], strict=True):
+        size = f"sizeof({ct}) * {carry.size}"
+        before.append(f"std::memcpy({ref[id(carry)]}, {ref[id(start)]}, {size});")
+        if carry is not nxt: inner.append(f"std::memcpy({ref[id(carry)]}, {ref[id(nxt)]}, {size});")
+        after.append(f"std::memcpy({result} + {at}, {ref[id(carry)]}, {size});")
+        at += carry.size
+    if y: inner.append(f"std::memcpy({result} + {c} + {k} * {y}, {ref[id(item.out[-1])]}, sizeof({ct}) * {y});")
+    return [*before, f"for (long {k} = 0; {k} < {item.length}; ++{k}) {{", *(f"  {line}" for line in inner), "}",
+            *after]
 
 
 def _sparsity_model(f: NumericalFunction) -> dict[str, Any] | None:

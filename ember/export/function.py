@@ -31,7 +31,7 @@ from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import DTypeError, EmberError, ShapeError
 from ember.export.cpp_names import check_cpp_name
 from ember.helpers import INTERPRET, prod
-from ember.schedule.kernelize import ExecItem, create_schedule
+from ember.schedule.kernelize import ExecItem, LoopItem, create_schedule, view_buffer
 from ember.tensor import Tensor
 from ember.uop.ops import Ops, UOp
 
@@ -72,7 +72,7 @@ class Arg:
 class Plan:
     """What tracing found: kernels to run per call and the role of every buffer they touch."""
 
-    items: list[ExecItem]
+    items: list[ExecItem | LoopItem]
     inputs: list[Buffer]
     outputs: list[Buffer]
     output_shapes: list[tuple[int, ...]]
@@ -328,11 +328,11 @@ class NumericalFunction:
     def call_kernels(self, *values: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """The slow path: run the traced kernels one by one from Python (no C++ compiler needed). One call at a
         time: the plan's buffers are the arguments and results of every call."""
-        from ember.engine.realize import get_runner
+        from ember.engine.realize import run_items
         arrays = self._arrays_for(values)
         with self._lock:
             for buf, a in zip(self.plan.inputs, arrays, strict=True): buf.copyin(a)
-            for item in self.plan.items: get_runner(item.bufs[0].device, item.ast)(item, wait=False)
+            run_items(self.plan.items)
             outs = tuple(b.numpy().reshape(s) for b, s in zip(self.plan.outputs, self.plan.output_shapes,
                                                                strict=True))
         return outs[0] if self.single else outs
@@ -407,10 +407,10 @@ def _plan(inputs: list[Buffer], outputs: list[Tensor]) -> Plan:
     from ember.engine.realize import run_schedule
     device = Device.DEFAULT
     items, views = create_schedule([o.uop for o in outputs], device)
-    out_bufs = [_view_buffer(views[o.uop]) for o in outputs]
+    out_bufs = [view_buffer(views[o.uop]) for o in outputs]
     written = {id(b) for item in items for b in item.bufs[:item.outs]}
     known = {id(b) for item in items for b in item.bufs[item.outs:] if id(b) not in written} - {id(b) for b in inputs}
-    per_call: list[ExecItem] = []
+    per_call: list[ExecItem | LoopItem] = []
     for item in items:
         if all(id(b) in known for b in item.bufs[item.outs:]) and \
                 not any(w is b for w in item.bufs[:item.outs] for b in out_bufs):
@@ -424,9 +424,3 @@ def _plan(inputs: list[Buffer], outputs: list[Tensor]) -> Plan:
     fixed = {id(b) for b in inputs + out_bufs + constants}
     intermediates = [b for i, b in seen.items() if i not in fixed]
     return Plan(per_call, inputs, out_bufs, [o.shape for o in outputs], constants, intermediates)
-
-
-def _view_buffer(view: Any) -> Buffer:
-    from ember.device import buffer_of
-    while view.op.name == "RESHAPE": view = view.src[0]
-    return buffer_of(view)

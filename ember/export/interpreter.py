@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from ember.codegen.rangeify import UNROLL_AXIS_LIMIT, branching_axes
 from ember.device import Buffer
 from ember.dtype import dtypes, float_to_int_array, to_numpy
 from ember.helpers import prod
-from ember.schedule.kernelize import ExecItem
+from ember.schedule.kernelize import ExecItem, LoopItem, kernels
 from ember.uop.interpret import exec_alu
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 
@@ -149,9 +150,9 @@ _UNARY: dict[Ops, Callable[[Value], Value]] = {Ops.NEG: np.negative, Ops.SQRT: n
                                                Ops.RECIPROCAL: lambda x: np.true_divide(1, x)}
 
 
-def refusal(items: Sequence[ExecItem]) -> str | None:
+def refusal(items: Sequence[ExecItem | LoopItem]) -> str | None:
     """Why these kernels cannot be evaluated here bit for bit, or None when they can."""
-    for item in items:
+    for item in kernels(items):
         for u in item.ast.toposort():
             d = u.dtype.scalar
             if d in (dtypes.float16, dtypes.bfloat16): return f"{d.name} arithmetic"
@@ -162,10 +163,13 @@ def refusal(items: Sequence[ExecItem]) -> str | None:
     return None
 
 
-def cost(items: Sequence[ExecItem]) -> float:
+def cost(items: Sequence[ExecItem | LoopItem]) -> float:
     """Estimated seconds per evaluation (see the constants above)."""
     total = 0.0
     for item in items:
+        if isinstance(item, LoopItem):
+            total += item.length * (cost(item.body) + 3 * OP_SECONDS)
+            continue
         for u in item.ast.toposort():
             n = prod(u.shape) if u.op not in (Ops.SINK, Ops.STORE) else 0
             total += OP_SECONDS + n * ELEMENT_SECONDS
@@ -179,9 +183,12 @@ class Program:
     """The kernels prepared once: per kernel, its nodes in order as (slot, function of the source values, source
     slots), the slots its buffers fill and its stores. A call then costs a numpy op per node and little else."""
 
-    def __init__(self, items: Sequence[ExecItem]) -> None:
-        self.kernels: list[tuple[int, list[tuple[int, Buffer]], list[Step], list[tuple[int, int]]]] = []
+    def __init__(self, items: Sequence[ExecItem | LoopItem]) -> None:
+        self.kernels: list[tuple[int, list[tuple[int, Buffer]], list[Step], list[tuple[int, int]]] | Loop] = []
         for item in items:
+            if isinstance(item, LoopItem):
+                self.kernels.append(Loop(item, Program(item.body)))
+                continue
             order = [u for u in item.ast.toposort() if u.op is not Ops.SINK]
             slot = {u: i for i, u in enumerate(order)}
             buffers = [(slot[u], item.bufs[u.arg]) for u in order if u.op is Ops.DEFINE_GLOBAL]
@@ -194,7 +201,11 @@ class Program:
         """Run the kernels on flat numpy arrays, `arrays[id(buffer)]`, written in place (outputs and
         intermediates must be there, allocated)."""
         with np.errstate(all="ignore"):
-            for size, buffers, steps, stores in self.kernels:
+            for kernel in self.kernels:
+                if isinstance(kernel, Loop):
+                    kernel(arrays)
+                    continue
+                size, buffers, steps, stores = kernel
                 values: list[Any] = [None] * size
                 for i, b in buffers: values[i] = arrays[id(b)]
                 for i, fn, srcs in steps: values[i] = fn(*[values[j] for j in srcs])
@@ -202,6 +213,28 @@ class Program:
 
 
 Step = tuple[int, Callable[..., Value], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A LoopItem's steps: x a view of each row of xs, the carry and the row of ys copied as the C++ copies them."""
+
+    item: LoopItem
+    body: Program
+
+    def __call__(self, arrays: dict[int, np.ndarray]) -> None:
+        item, n, c, y = self.item, self.item.length, self.item.carry_size, self.item.y_size
+        result = arrays[id(item.result)]
+        carries, outs = [arrays[id(b)] for b in item.carry], [arrays[id(b)] for b in item.out]
+        rows = [arrays[id(xs)].reshape(n, x.size) for xs, x in zip(item.xs, item.x, strict=True)]
+        for carry, start in zip(carries, item.carry0, strict=True): carry[:] = arrays[id(start)]
+        for k in range(n):
+            for x, r in zip(item.x, rows, strict=True): arrays[id(x)] = r[k]
+            self.body(arrays)
+            for carry, nxt in zip(carries, outs[:-1], strict=True):
+                if carry is not nxt: carry[:] = nxt
+            result[c + k * y:c + (k + 1) * y] = outs[-1]
+        result[:c] = np.concatenate(carries)
 
 
 def _function(u: UOp) -> Callable[..., Value]:

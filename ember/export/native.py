@@ -29,8 +29,9 @@ from ember.dtype import dtypes
 from ember.engine.realize import graph_text
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
-from ember.helpers import CACHELEVEL, UNROLL, cache_dir, source_hash
+from ember.helpers import CACHELEVEL, MAX_CXX_BYTES, UNROLL, cache_dir, source_hash
 from ember.runtime.ops_cpu import native_target, pick_compiler
+from ember.schedule.kernelize import LoopItem
 
 if TYPE_CHECKING:
     from ember.export.function import NumericalFunction
@@ -98,6 +99,10 @@ def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Call
     include = sysconfig.get_paths()["include"]
     ctx = module_context(f"ember_{f.name}", [f], make_ws=False)
     header, source = render_templates(ctx)
+    if len(source) > (limit := MAX_CXX_BYTES.value):
+        raise CompileError(f"{f.name}: its C++ is {len(source) / 1e6:.1f} MB, over the limit of {limit / 1e6:.1f} MB "
+                           f"(EMBER_MAX_CXX_BYTES): the compiler would take very long. A Python loop of identical "
+                           f"steps unrolls into straight-line code; write it with ember.ad.scan to keep one loop")
     wrapper = _ENV.get_template("extension.cpp.j2").render(ext=where.ext, module=ctx["module"],
                                                            f=ctx["functions"][0])
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +144,17 @@ def describe(f: NumericalFunction) -> tuple[str, bool]:
     for name in ("shape", "colors", "indptr", "indices"):  # a SparseFunction's pattern
         if (value := getattr(f, name, None)) is not None: lines.append(f"{name} {np.asarray(value).tolist()}")
     float16 = False
-    for item in plan.items:
-        float16 |= any(u.dtype.scalar is dtypes.float16 for u in item.ast.toposort())
-        lines += [f"kernel {[roles[id(b)] for b in item.bufs]}", graph_text(item.ast)]
+
+    def items(body: list[Any]) -> None:
+        nonlocal float16
+        for item in body:
+            if isinstance(item, LoopItem):
+                lines.append(f"loop {item.length} {[roles[id(b)] for b in item.bufs]} carries "
+                             f"{[roles[id(b)] for b in item.carry]} xs {[roles[id(b)] for b in item.x]}")
+                items(item.body)
+                lines.append("end loop")
+                continue
+            float16 |= any(u.dtype.scalar is dtypes.float16 for u in item.ast.toposort())
+            lines.extend([f"kernel {[roles[id(b)] for b in item.bufs]}", graph_text(item.ast)])
+    items(plan.items)
     return "\n".join(lines), float16

@@ -16,11 +16,13 @@ into gathers.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 A reduction of many elements to few results is first split in two (split_reduce), so that its first stage has an
 output axis for the cores to share.
+A FOLD (ember/scan.py) is realized with its sources and becomes a LoopItem: its body scheduled once, run per step.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ember.codegen.rangeify import branching_axes
@@ -42,6 +44,54 @@ class ExecItem:
     ast: UOp
     bufs: list[Buffer]
     outs: int = 1
+
+
+@dataclass(eq=False)
+class LoopItem:
+    """A FOLD: `body` run `length` times. Before the loop each `carry` buffer gets its `carry0`; at step k, each `x`
+    is row k of its `xs`, the body writes `out` (each carry's next value, then the step's y), the carries get theirs
+    (no copy where the body leaves a carry as it is) and the y goes to row k of `result` after the carries' C
+    elements; after the loop `result` starts with the final carries."""
+
+    length: int
+    body: list[ExecItem | LoopItem]
+    carry0: list[Buffer]
+    xs: list[Buffer]
+    carry: list[Buffer]
+    x: list[Buffer]
+    out: list[Buffer]
+    result: Buffer
+
+    @property
+    def carry_size(self) -> int: return sum(b.size for b in self.carry)
+
+    @property
+    def y_size(self) -> int: return self.out[-1].size
+
+    @property
+    def bufs(self) -> list[Buffer]:
+        """Every buffer the loop touches, the `outs` it writes first (the plan sorts buffers by this)."""
+        return unique([*self.written(), *self.read()])
+
+    @property
+    def outs(self) -> int: return len(unique(self.written()))
+
+    def written(self) -> list[Buffer]:
+        return [self.result, *self.carry, *self.x] + [b for item in self.body for b in item.bufs[:item.outs]]
+
+    def read(self) -> list[Buffer]:
+        return [*self.carry0, *self.xs, *self.out] + [b for item in self.body for b in item.bufs[item.outs:]]
+
+
+def unique(bufs: Sequence[Buffer]) -> list[Buffer]:
+    return list({id(b): b for b in bufs}.values())
+
+
+def kernels(items: Sequence[ExecItem | LoopItem]) -> Iterator[ExecItem]:
+    """The kernels of a schedule, those inside loops too, in order."""
+    for item in items:
+        if isinstance(item, LoopItem): yield from kernels(item.body)
+        else: yield item
 
 
 def is_buffer_view(u: UOp) -> bool:
@@ -152,6 +202,8 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     for u in order:
         for s in u.src: consumers[s].append(u)
     realized = {u for u in outputs if not is_buffer_view(u)} | {u for u in order if u.op is Ops.CONTIGUOUS}
+    for u in order:  # a loop reads its sources from buffers
+        if u.op is Ops.FOLD: realized |= {u} | {s for s in u.src if not is_buffer_view(s)}
     together = scalar_program(outputs, consumers, realized)
     kernel_of = {u: together[0] for u in together}  # a realized node -> the kernel that computes it
     cost, dear = fused_cost(order)
@@ -213,7 +265,25 @@ def use_computed(ctx: weakref.WeakKeyDictionary[UOp, UOp], x: UOp) -> UOp | None
 pm_use_computed = PatternMatcher([(UPat(name="x"), use_computed)])
 
 
-def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], dict[UOp, UOp]]:
+def view_buffer(view: UOp) -> Buffer:
+    """The buffer a buffer view (a BUFFER reshaped) reads."""
+    while view.op is Ops.RESHAPE: view = view.src[0]
+    return buffer_of(view)
+
+
+def loop_item(u: UOp, result: UOp, views: dict[UOp, UOp], device: str) -> LoopItem:
+    """The LoopItem of FOLD u storing into `result`: its body scheduled once, reading the params' buffers."""
+    from ember.scan import body_with, fold_parts
+    a = u.arg
+    carry0, xs, params = fold_parts(u)
+    outs = body_with(a, a.carry, a.x, [views.get(p, p) for p in params])
+    body, body_views = create_schedule(outs, device)
+    return LoopItem(a.length, body, [view_buffer(views.get(c, c)) for c in carry0],
+                    [view_buffer(views.get(x, x)) for x in xs], [view_buffer(c) for c in a.carry],
+                    [view_buffer(x) for x in a.x], [view_buffer(body_views[o]) for o in outs], buffer_of(result))
+
+
+def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | LoopItem], dict[UOp, UOp]]:
     """The kernels that realize `outputs`, in a valid order, and the buffer view of every node they store.
 
     Nodes an earlier run already stored (see `computed`) are read from their buffers, not recomputed."""
@@ -229,13 +299,16 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem], di
     realized, together = find_realized(outputs)
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
     views: dict[UOp, UOp] = {}
-    items: list[ExecItem] = []
+    items: list[ExecItem | LoopItem] = []
     pending: list[tuple[UOp, UOp]] = []  # members of the scalar program seen so far; it runs after the last one
     for u in order:
         if u not in realized: continue
         buf = buffer_uop(Buffer(device, prod(u.shape), u.dtype))
         views[u] = UOp(Ops.RESHAPE, u.dtype, (buf,), u.shape)
         if prod(u.shape) == 0: continue  # nothing to compute
+        if u.op is Ops.FOLD:
+            items.append(loop_item(u, buf, views, device))
+            continue
         stores = [(u, buf)]
         if u in together:
             pending.append((u, buf))

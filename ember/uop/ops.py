@@ -31,6 +31,7 @@ class Ops(enum.IntEnum):
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
     REDUCE_AXIS = enum.auto(); ARANGE = enum.auto()  # noqa: E702  (ARANGE: the tensor 0..arg-1)
     GATHER = enum.auto()  # GATHER(x, idx), arg axis: x with axis `arg` indexed by the values of idx
+    FOLD = enum.auto()  # FOLD(carry0, [xs], *params), arg FoldArg: a loop of `length` steps of one body graph
     # kernel level
     DEFINE_GLOBAL = enum.auto(); DEFINE_VAR = enum.auto(); DEFINE_REG = enum.auto()  # noqa: E702
     DEFINE_LOCAL = enum.auto(); SPECIAL = enum.auto()  # noqa: E702
@@ -107,6 +108,32 @@ class BufferArg:
     uid: int
     device: str
     size: int
+
+
+@dataclass(frozen=True)
+class FoldArg:
+    """The arg of a FOLD: a body graph run `length` times (ember/scan.py builds it).
+
+    The body reads placeholders: `carry`, flat BUFFERs (one per carried vector), `x`, flat BUFFERs (one per xs
+    source: the step's row of it) and `params` (a placeholder per further FOLD source, of its shape, the same at
+    every step). `out` holds the body's results, flat: the next value of each carry, then the step's y (Y elements,
+    maybe none). The FOLD's sources are the initial carries, the xs (length, X_i) and the params; its value is the
+    final carries (C elements in all) followed by the length rows of y: shape (C + length * Y,)."""
+
+    length: int
+    carry: tuple[UOp, ...]
+    x: tuple[UOp, ...]
+    params: tuple[UOp, ...]
+    out: tuple[UOp, ...]
+
+    @property
+    def carry_size(self) -> int: return sum(c.shape[0] for c in self.carry)
+
+    @property
+    def y_size(self) -> int: return self.out[-1].shape[0]
+
+    @property
+    def shape(self) -> tuple[int]: return (self.carry_size + self.length * self.y_size,)
 
 
 ConstType = float | int | bool
@@ -369,6 +396,7 @@ def _compute_shape(u: UOp) -> tuple[int, ...]:
     if u.op is Ops.DEFINE_GLOBAL: return (u.dtype.size,)
     if u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
     if u.op is Ops.ARANGE: return (u.arg,)
+    if u.op is Ops.FOLD: return u.arg.shape
     if u.op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
     src = u.src[0]._shape if u.src else ()  # type: ignore[attr-defined]  # filled by _bottom_up before us
     if u.op is Ops.PERMUTE: return tuple(src[i] for i in u.arg)
