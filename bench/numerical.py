@@ -1,7 +1,7 @@
 """ember's numerical functions against CasADi and JAX: per-call time from Python and from C++, and first-call latency.
 
-Run: python bench/numerical.py            (about 3 minutes; peers: pip install casadi jax jaxlib)
-     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c or d)
+Run: python bench/numerical.py            (about 10 minutes; peers: pip install casadi jax jaxlib)
+     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, f-eval, f-jac, g or h)
 
 Cases, all float64:
   a      energy sum(0.5 x^2), x in R^3: the cost of a call itself
@@ -9,8 +9,19 @@ Cases, all float64:
   b-jac  the same plus the jacobians by state (4 x 4) and by controls (4 x 10), one function with three outputs
   c      jacobian of the 1-D Bratu residual, n = 1000 (tridiagonal): ember.ad.spjacobian, else ember.ad.jacobian
   d      hessian of the Rosenbrock chain, n = 100 (tridiagonal): ember.ad.sphessian, else ember.ad.hessian
+  e      jacobian of the 2-D Bratu residual on a 50 x 50 grid (5-point Laplacian, zero boundary): 2500 x 2500 with
+         12300 nonzeros, ember.ad.spjacobian
+  f-eval quadrotor, 20 RK4 steps (examples/quadrotor.py): final state[12] from (state[12], controls[20, 4])
+  f-jac  the same plus the jacobians by state (12 x 12) and by controls (12 x 20 x 4), one function with three
+         outputs; ember's process stops after JAC_LIMIT s (ember unrolls the 20 steps into straight-line C++)
+  g      hessian of the Lagrangian of a pendulum swing-up, multiple shooting with one RK4 step on each of 50
+         intervals: 152 unknowns (angle and rate at 51 nodes, a torque per interval), 104 equality constraints
+         (100 continuity defects, angle and rate at both ends); ember.ad.sphessian wrt the unknowns: a full 3 x 3
+         block (angle, rate, torque) per interval, 450 nonzeros
+  h      O(n) check of ember.ad.gradient: sum(sin(x[:n] * x[n])) for n = 100 to 1600, per-call time from Python
+         and its growth per doubling of n (CasADi's for reference): a table of its own
 CasADi builds each case in SX with its sparse jacobian/hessian; JAX with jax.jacrev/jacfwd/hessian (dense), the
-cart-pole loop as a lax.scan.
+cart-pole and quadrotor loops as a lax.scan.
 
 Three measurements per case and framework:
   python  median per-call time of a warm call from Python: ember's NumericalFunction (numpy arrays in and out),
@@ -58,6 +69,13 @@ CXX_FLAGS = ["-std=c++17", "-O2", "-march=native"]
 STEPS = 10  # cart-pole RK4 steps
 BRATU_SIZE, BRATU_LAMBDA = 1000, 1.0
 ROSENBROCK_SIZE = 100
+GRID_SIZE = 50  # 2-D Bratu: a GRID_SIZE x GRID_SIZE grid of unknowns
+QUADROTOR_STEPS = 20  # lower it for a quick check of f-eval and f-jac
+JAC_LIMIT = 120.0  # s for ember's f-jac process: from 12 steps on, codegen of its unrolled jacobians takes over a
+# minute (84 s at 12 steps, 14 MB of C++) and g++ far longer (issue 15: 25+ min at 20 steps)
+SWINGUP_INTERVALS, SWINGUP_TIME = 50, 2.5  # s
+PENDULUM_GRAVITY, PENDULUM_DAMPING = 9.81, 0.1  # g / l in 1/s^2, damping in 1/s
+GRADIENT_SIZES = (100, 200, 400, 800, 1600)
 # ember's kernels as exported keep the Python call's bits (no a*b + c fused into an FMA, see module.cpp.j2); the
 # ember+FMA column compiles the same code with this EMBER_KERNEL, which lets g++ fuse as it does CasADi's code
 FMA_KERNEL = '__attribute__((optimize("no-tree-slp-vectorize", "vect-cost-model=dynamic")))'
@@ -109,7 +127,8 @@ class Case:
     ember: Callable[[], tuple[list[Any], str]]  # fresh NumericalFunctions called together, and what they are
     casadi: Callable[[Any], Any]  # casadi module -> casadi.Function
     jax: Callable[[Any, Any], Callable[..., Any]]  # (jax, jax.numpy) -> function to jit
-    limited: bool = False  # ember's version is the dense fallback: give its process a time limit
+    limited: bool = False  # ember's version is the dense fallback: give its process --dense-limit seconds
+    limit: float = 600.0  # seconds for ember's process otherwise
 
 
 # ---- the models, written once per framework ----
@@ -200,6 +219,126 @@ def ember_energy() -> tuple[list[Any], str]:
     return [NumericalFunction("energy", lambda x: (0.5 * x ** 2).sum(), [Arg(3)])], "energy"
 
 
+def bratu2d_terms(x: Any, up: Any, down: Any, left: Any, right: Any, exp: Callable[[Any], Any]) -> Any:
+    """F_ij = the 5-point Laplacian of x (neighbours as shifted grids, zero beyond the edge) + h^2 lambda exp(x_ij)."""
+    h = 1.0 / (GRID_SIZE + 1)
+    return up + down + left + right - 4.0 * x + h * h * BRATU_LAMBDA * exp(x)
+
+
+def ember_bratu2d() -> tuple[list[Any], str]:
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+    n = GRID_SIZE
+
+    def residual(x: Tensor) -> Tensor:
+        return bratu2d_terms(x, x.pad(((1, 0), (0, 0)))[:n], x.pad(((0, 1), (0, 0)))[1:],
+                             x.pad(((0, 0), (1, 0)))[:, :n], x.pad(((0, 0), (0, 1)))[:, 1:], Tensor.exp)
+    return [ember.ad.spjacobian(NumericalFunction("bratu2d", residual, [Arg((n, n))]))], "sparse: ember.ad.spjacobian"
+
+
+def casadi_bratu2d(ca: Any) -> Any:
+    """The grid as an n x n SX matrix; the jacobian of the row-major flattened residual by the row-major flattened
+    grid (CasADi flattens column by column), as ember's."""
+    n = GRID_SIZE
+    x, rows, cols = ca.SX.sym("x", n, n), ca.SX.zeros(1, n), ca.SX.zeros(n, 1)
+    residual = bratu2d_terms(x, ca.vertcat(rows, x[:-1, :]), ca.vertcat(x[1:, :], rows), ca.horzcat(cols, x[:, :-1]),
+                             ca.horzcat(x[:, 1:], cols), ca.exp)
+    return ca.Function("bratu2d", [x], [ca.jacobian(ca.vec(residual.T), ca.vec(x.T))])
+
+
+def jax_bratu2d(jax: Any, jnp: Any) -> Callable[..., Any]:
+    return jax.jacfwd(lambda x: bratu2d_terms(x, jnp.pad(x[:-1], ((1, 0), (0, 0))), jnp.pad(x[1:], ((0, 1), (0, 0))),
+                                              jnp.pad(x[:, :-1], ((0, 0), (1, 0))), jnp.pad(x[:, 1:], ((0, 0), (0, 1))),
+                                              jnp.exp))
+
+
+def quadrotor_inputs() -> list[np.ndarray]:
+    import quadrotor
+    return list(quadrotor.start_and_controls(QUADROTOR_STEPS))
+
+
+def ember_quadrotor(with_jacobians: bool) -> tuple[list[Any], str]:
+    import quadrotor
+    fns = quadrotor.build_functions(QUADROTOR_STEPS, with_jacobians)
+    if not with_jacobians: return fns, "rollout"
+    return [quadrotor.with_jacobians(fns)], "one function: rollout, jacobian(argnum=0), jacobian(argnum=1)"
+
+
+def casadi_quadrotor(ca: Any, with_jacobians: bool) -> Any:
+    """controls is a steps x 4 SX matrix; its jacobian is by the row-major flattened controls, as ember's."""
+    import quadrotor
+    state, controls = ca.SX.sym("state", quadrotor.STATE_SIZE), ca.SX.sym("controls", QUADROTOR_STEPS, 4)
+    rows = [[controls[k, j] for j in range(4)] for k in range(QUADROTOR_STEPS)]
+    final = ca.vertcat(*quadrotor.simulate(tuple(state[i] for i in range(quadrotor.STATE_SIZE)), rows, ca.sin, ca.cos))
+    outs = [final, ca.jacobian(final, state), ca.jacobian(final, ca.vec(controls.T))] if with_jacobians else [final]
+    return ca.Function("quadrotor", [state, controls], outs)
+
+
+def jax_quadrotor(jax: Any, jnp: Any, with_jacobians: bool) -> Callable[..., Any]:
+    """The rollout as a lax.scan over the rows of controls, as jax_cartpole's."""
+    import quadrotor
+
+    def step(state: Any, thrusts: Any) -> tuple[Any, None]:
+        return jnp.stack(quadrotor.rk4_step(tuple(state[i] for i in range(quadrotor.STATE_SIZE)),
+                                            tuple(thrusts[j] for j in range(4)), jnp.sin, jnp.cos)), None
+
+    def rollout(state: Any, controls: Any) -> Any: return jax.lax.scan(step, state, controls)[0]
+    if not with_jacobians: return rollout
+    return lambda state, controls: (rollout(state, controls), *jax.jacrev(rollout, argnums=(0, 1))(state, controls))
+
+
+def swingup_lagrangian(w: Any, lam: Any, sin: Callable[[Any], Any], total: Callable[[Any], Any]) -> Any:
+    """objective + lam . constraints of the pendulum swing-up in multiple shooting: w = (angle at the N + 1 nodes,
+    rate at the nodes, torque on each of the N intervals), angle 0 hanging down; the dynamics angle' = rate,
+    rate' = torque - g/l sin(angle) - damping rate, one RK4 step per interval. Objective: sum of torque^2 dt.
+    Constraints (lam in this order): the N angle defects, the N rate defects (next node - RK4 step), then angle and
+    rate at the start (0, 0) and at the end (pi, 0)."""
+    n, dt = SWINGUP_INTERVALS, SWINGUP_TIME / SWINGUP_INTERVALS
+    angle, rate, torque = w[:n + 1], w[n + 1:2 * n + 2], w[2 * n + 2:]
+
+    def slope(a: Any, r: Any) -> tuple[Any, Any]:
+        return r, torque - PENDULUM_GRAVITY * sin(a) - PENDULUM_DAMPING * r
+    a, r = angle[:n], rate[:n]
+    k1 = slope(a, r)
+    k2 = slope(a + dt / 2 * k1[0], r + dt / 2 * k1[1])
+    k3 = slope(a + dt / 2 * k2[0], r + dt / 2 * k2[1])
+    k4 = slope(a + dt * k3[0], r + dt * k3[1])
+    step_a, step_r = ((x + dt / 6 * (p + 2 * q + 2 * s + t)) for x, p, q, s, t in zip((a, r), k1, k2, k3, k4,
+                                                                                       strict=True))
+    boundary = (angle[0], rate[0], angle[n] - np.pi, rate[n])
+    constraints = total(lam[:n] * (angle[1:] - step_a)) + total(lam[n:2 * n] * (rate[1:] - step_r))
+    return total(torque * torque) * dt + constraints + sum(lam[2 * n + i] * b for i, b in enumerate(boundary))
+
+
+def swingup_inputs() -> list[np.ndarray]:
+    """Unknowns on the way up (angle 0 to pi, a constant rate, a torque wave) and some multipliers."""
+    n = SWINGUP_INTERVALS
+    w = np.concatenate([np.linspace(0.0, np.pi, n + 1), np.full(n + 1, np.pi / SWINGUP_TIME),
+                        2.0 * np.sin(np.linspace(0.0, 2 * np.pi, n))])
+    return [w, 0.1 * np.cos(np.arange(2 * n + 4))]
+
+
+def ember_swingup() -> tuple[list[Any], str]:
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+    n = SWINGUP_INTERVALS
+    lagrangian = NumericalFunction("swingup", lambda w, lam: swingup_lagrangian(w, lam, Tensor.sin, Tensor.sum),
+                                   [Arg(3 * n + 2), Arg(2 * n + 4)])
+    return [ember.ad.sphessian(lagrangian, argnum=0)], "sparse: ember.ad.sphessian(argnum=0)"
+
+
+def casadi_swingup(ca: Any) -> Any:
+    n = SWINGUP_INTERVALS
+    w, lam = ca.SX.sym("w", 3 * n + 2), ca.SX.sym("lam", 2 * n + 4)
+    return ca.Function("swingup", [w, lam], [ca.hessian(swingup_lagrangian(w, lam, ca.sin, ca.sum1), w)[0]])
+
+
+def jax_swingup(jax: Any, jnp: Any) -> Callable[..., Any]:
+    return lambda w, lam: jax.hessian(lambda w: swingup_lagrangian(w, lam, jnp.sin, jnp.sum))(w)
+
+
 def cases() -> list[Case]:
     has_sparse_jacobian = has_sparse_hessian = False
     try:
@@ -207,6 +346,7 @@ def cases() -> list[Case]:
         has_sparse_jacobian, has_sparse_hessian = hasattr(ember.ad, "spjacobian"), hasattr(ember.ad, "sphessian")
     except ImportError: pass
     wave = 0.5 + 0.1 * np.sin(np.arange(BRATU_SIZE))
+    grid = 0.5 + 0.1 * np.sin(np.arange(GRID_SIZE ** 2)).reshape(GRID_SIZE, GRID_SIZE)
     return [
         Case("a", "energy sum(0.5 x^2), x in R^3", [np.array([1.0, 2.0, 3.0])], ember_energy,
              lambda ca: (lambda x: ca.Function("energy", [x], [ca.sum1(0.5 * x ** 2)]))(ca.SX.sym("x", 3)),
@@ -219,6 +359,14 @@ def cases() -> list[Case]:
              limited=not has_sparse_jacobian),
         Case("d", f"Rosenbrock hessian, n={ROSENBROCK_SIZE}", [wave[:ROSENBROCK_SIZE] + 0.5], ember_rosenbrock,
              casadi_rosenbrock, jax_rosenbrock, limited=not has_sparse_hessian),
+        Case("e", f"2-D Bratu jacobian, {GRID_SIZE}x{GRID_SIZE}", [grid],
+             ember_bratu2d, casadi_bratu2d, jax_bratu2d),
+        Case("f-eval", f"quadrotor RK4, {QUADROTOR_STEPS} steps", quadrotor_inputs(), lambda: ember_quadrotor(False),
+             lambda ca: casadi_quadrotor(ca, False), lambda jax, jnp: jax_quadrotor(jax, jnp, False)),
+        Case("f-jac", "quadrotor + its 2 jacobians", quadrotor_inputs(), lambda: ember_quadrotor(True),
+             lambda ca: casadi_quadrotor(ca, True), lambda jax, jnp: jax_quadrotor(jax, jnp, True), limit=JAC_LIMIT),
+        Case("g", f"pendulum swing-up hessian, N={SWINGUP_INTERVALS}", swingup_inputs(), ember_swingup,
+             casadi_swingup, jax_swingup),
     ]
 
 
@@ -291,7 +439,8 @@ def measure_ember(case: Case, folder: str) -> None:
     got["native_ready"] = time.perf_counter() - start
     outputs = [f.to_dense(out) if hasattr(f, "to_dense") else np.asarray(out) for f in fns
                for out in (lambda o: o if isinstance(o, tuple) else (o,))(f(*case.inputs))]
-    if any(hasattr(f, "colors") for f in fns): got["what"] += f" ({', '.join(str(f.colors) for f in fns)} colors)"
+    if any(hasattr(f, "colors") for f in fns):
+        got["what"] += f" ({', '.join(f'{f.nnz} nonzeros, {f.colors} colors' for f in fns)})"
     np.savez(os.path.join(folder, "outputs.npz"), *outputs)  # for the check against CasADi
     print(json.dumps(got), flush=True)
     got["python"] = per_call(lambda: [f(*case.inputs) for f in fns])
@@ -365,7 +514,8 @@ def measure_casadi(case: Case, ca: Any, folder: str) -> dict[str, Any]:
     python = per_call(lambda: function(*case.inputs))
     python_compiled = per_call(lambda: compiled(*case.inputs))
     fn = function.name()
-    setup = [c_array(f"c_in{i}", a) for i, a in enumerate(case.inputs)]
+    # CasADi's C code reads a matrix argument column by column
+    setup = [c_array(f"c_in{i}", np.asarray(a).reshape(-1, order="F")) for i, a in enumerate(case.inputs)]
     setup += ["  casadi_int n_arg, n_res, n_iw, n_w;", f"  {fn}_work(&n_arg, &n_res, &n_iw, &n_w);",
               "  std::vector<const double*> arg(n_arg);", "  std::vector<double*> res(n_res);",
               "  std::vector<casadi_int> iw(n_iw);", "  std::vector<double> w(n_w);",
@@ -409,6 +559,50 @@ def load_peers() -> tuple[Any, Any, Any, list[str]]:
     return ca, jax, jnp, notes
 
 
+# ---- case h: how ember's gradient grows with n ----
+
+def sines(x: Any, n: int, sin: Callable[[Any], Any], total: Callable[[Any], Any]) -> Any:
+    """sum(sin(x[:n] * x[n])): every term reads x[n], so its gradient entry sums n terms."""
+    return total(sin(x[:n] * x[n]))
+
+
+def gradient_growth(ca: Any) -> None:
+    """Case h: per-call time from Python of ember.ad.gradient of `sines` (compiled first) for each n, and its growth
+    per doubling of n: about 2 if the gradient is O(n), 4 if O(n^2). CasADi's SX gradient for reference."""
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+
+    def ember_gradient(n: int) -> NumericalFunction:
+        return ember.ad.gradient(NumericalFunction(f"sines_{n}", lambda x: sines(x, n, Tensor.sin, Tensor.sum),
+                                                   [Arg(n + 1)]))
+    times: list[tuple[float, float | None]] = []
+    errors = []
+    for n in GRADIENT_SIZES:
+        x = 0.5 + 0.1 * np.sin(np.arange(n + 1))
+        grad = ember_gradient(n).compile()
+        exact = np.append(x[n] * np.cos(x[:n] * x[n]), (x[:n] * np.cos(x[:n] * x[n])).sum())
+        errors.append(float(np.abs(grad(x) - exact).max()))
+        theirs = None
+        if ca is not None:
+            sym = ca.SX.sym("x", n + 1)
+            peer = ca.Function(f"sines_{n}", [sym], [ca.gradient(sines(sym, n, ca.sin, ca.sum1), sym)])
+            theirs = per_call(lambda peer=peer, x=x: peer(x))
+        times.append((per_call(lambda grad=grad, x=x: grad(x)), theirs))
+    print("\nh: gradient of sum(sin(x[:n] * x[n])) called from Python, µs per call (median); growth: time(n) / "
+          "time(n/2), about 2 for O(n)")
+    print(f"| {'n':>5s} | {'ember':>10s} | {'growth':>7s} | {'CasADi':>10s} | {'growth':>7s} | {'ember error':>11s} |")
+    print(f"|{'-' * 6}:|{'-' * 11}:|{'-' * 8}:|{'-' * 11}:|{'-' * 8}:|{'-' * 12}:|")
+    for i, (n, (ours, theirs), error) in enumerate(zip(GRADIENT_SIZES, times, errors, strict=True)):
+        before = times[i - 1] if i else (None, None)
+        print(f"| {n:5d} | {cell(ours, 1e6, 2):>10s} | {growth(ours, before[0]):>7s} | "
+              f"{cell(theirs, 1e6, 2):>10s} | {growth(theirs, before[1]):>7s} | {error:11.1e} |")
+
+
+def growth(now: float | None, before: float | None) -> str:
+    return "—" if now is None or before is None else f"{now / before:.2f}"
+
+
 # ---- the report ----
 
 def cell(value: float | None, scale: float, digits: int) -> str:
@@ -443,7 +637,7 @@ def agreement(got: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c or d")
+    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, f-eval, f-jac, g or h")
     parser.add_argument("--dense-limit", type=float, default=30.0,
                         help="seconds for ember's process where it falls back to a dense derivative (default 30)")
     parser.add_argument("--ember-case", help=argparse.SUPPRESS)  # internal: measure one case's ember functions
@@ -454,7 +648,8 @@ def main() -> None:
         measure_ember(by_key[opts.ember_case], opts.folder)
         return
 
-    selected = [by_key[opts.only]] if opts.only else list(by_key.values())
+    if opts.only not in (None, "h", *by_key): parser.error(f"--only: no case {opts.only!r}")
+    selected = [by_key[opts.only]] if opts.only in by_key else [] if opts.only else list(by_key.values())
     ca, jax, jnp, notes = load_peers()
     versions = [f"numpy {np.__version__}"] + ([f"casadi {ca.__version__}"] if ca else []) + \
         ([f"jax {jax.__version__}"] if jax else [])
@@ -464,7 +659,8 @@ def main() -> None:
     for note in notes: print(note)
     start = time.perf_counter()
     results = {case.key: measure_case(case, ca, jax, jnp, opts.dense_limit) for case in selected}
-    report(selected, results)
+    if selected: report(selected, results)
+    if opts.only in (None, "h"): gradient_growth(ca)
     print(f"total {time.perf_counter() - start:.0f} s")
 
 
@@ -473,7 +669,7 @@ def measure_case(case: Case, ca: Any, jax: Any, jnp: Any, dense_limit: float) ->
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"bench-{case.key}-") as folder:
         os.mkdir(ember_folder := os.path.join(folder, "ember"))
-        got = {"ember": ember_in_fresh_process(case, dense_limit if case.limited else 600, ember_folder)}
+        got = {"ember": ember_in_fresh_process(case, dense_limit if case.limited else case.limit, ember_folder)}
         if ca is not None: got["casadi"] = measure_casadi(case, ca, folder)
         timed = [(fw, kind) for fw, kind in (("ember", "native"), ("ember", "native_fma"), ("casadi", "native"))
                  if kind in got.get(fw, {})]
@@ -501,9 +697,10 @@ def report(selected: list[Case], results: dict[str, dict[str, dict[str, Any]]]) 
                  for c in selected], 1, 2, ["ember", "ember-native", "CasADi", "JAX"], [(0, 2), (0, 3), (1, 2)])
     print("\nCasADi: its Function called from Python (SX virtual machine); CasADi-ext: the same compiled and loaded "
           "with casadi.external.")
+    derivatives = ("c", "d", "e", "g")  # the cases whose line says how ember computed them
     for case in selected:
         info = results[case.key]["ember"]
-        told = "; ".join(info[k] for k in ("what", "error") if k in info and (k == "error" or case.key in ("c", "d")))
+        told = "; ".join(info[k] for k in ("what", "error") if k in info and (k == "error" or case.key in derivatives))
         print(f"ember, case {case.key}: {told + '; ' if told else ''}{agreement(results[case.key])}")
 
 if __name__ == "__main__":

@@ -33,3 +33,10 @@ def test_cartpole_jacobians_match_finite_differences_and_the_cpp_main(tmp_path):
     out = run("cartpole.py", "--steps", "2", "--build", str(tmp_path))
     for err in re.findall(r"max \|ember - finite differences\| = (\S+)", out): assert float(err) < 1e-7
     assert float(re.search(r"max \|C\+\+ - Python\| over all outputs = (\S+)", out).group(1)) <= 1e-12
+
+
+def test_quadrotor_jacobians_match_finite_differences():
+    out = run("quadrotor.py", "--steps", "2")
+    assert float(re.search(r"rollout: max \|ember - numpy\| = (\S+)", out).group(1)) <= 1e-12
+    errors = re.findall(r"max \|ember - finite differences\| = (\S+)", out)
+    assert len(errors) == 2 and all(float(err) < 1e-7 for err in errors)
