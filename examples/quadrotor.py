@@ -11,7 +11,7 @@ z axis (the third column of the rotation matrix R = Rz(yaw) Ry(pitch) Rx(roll)) 
 roll and pitch torques, each rotor's drag a yaw torque proportional to its thrust; the rates follow Euler's rigid
 body equations with a diagonal inertia; the Euler angles follow the rates through the ZYX kinematics (tan(pitch)
 written as sin/cos: singular at pitch = +-90 degrees). `rollout(state, controls)` integrates N steps of RK4 (step
-DT), one row of thrusts per step, and returns the final state; ember.ad.jacobian gives its derivatives with respect
+DT), one row of thrusts per step, with ember.ad.fold, and returns the final state; ember.ad.jacobian gives its derivatives with respect
 to the state (12 x 12) and to the controls (12 x N x 4). The script calls the three functions from Python, checks
 the jacobians against central finite differences and prints the largest difference.
 
@@ -89,12 +89,15 @@ def simulate(state: State, controls: Sequence[Sequence[Any]], sin: Callable[[Any
 
 
 def ember_rollout(steps: int) -> Callable[[Tensor, Tensor], Tensor]:
-    """(state[12], controls[steps, 4]) -> final state[12], in ember Tensor ops: a Python loop over the steps, which
-    tracing unrolls (the one place to change for a loop construct)."""
+    """(state[12], controls[steps, 4]) -> final state[12], in ember Tensor ops: one RK4 step traced once and looped
+    with ember.ad.fold, so the C++ holds one step (and one step of each derivative) inside a loop, whatever the
+    horizon."""
+    def step(state: Tensor, thrusts: Tensor) -> Tensor:
+        now = tuple(state[i] for i in range(STATE_SIZE))
+        return Tensor.stack(*rk4_step(now, [thrusts[j] for j in range(CONTROL_SIZE)], Tensor.sin, Tensor.cos))
+
     def rollout(state: Tensor, controls: Tensor) -> Tensor:
-        start = tuple(state[i] for i in range(STATE_SIZE))
-        rows = [[controls[k, j] for j in range(CONTROL_SIZE)] for k in range(steps)]
-        return Tensor.stack(*simulate(start, rows, Tensor.sin, Tensor.cos))
+        return ember.ad.fold(step, state, controls)
     return rollout
 
 
