@@ -11,9 +11,9 @@ z axis (the third column of the rotation matrix R = Rz(yaw) Ry(pitch) Rx(roll)) 
 roll and pitch torques, each rotor's drag a yaw torque proportional to its thrust; the rates follow Euler's rigid
 body equations with a diagonal inertia; the Euler angles follow the rates through the ZYX kinematics (tan(pitch)
 written as sin/cos: singular at pitch = +-90 degrees). `rollout(state, controls)` integrates N steps of RK4 (step
-DT), one row of thrusts per step, with ember.ad.fold, and returns the final state; ember.ad.jacobian gives its derivatives with respect
-to the state (12 x 12) and to the controls (12 x N x 4). The script calls the three functions from Python, checks
-the jacobians against central finite differences and prints the largest difference.
+DT), one row of thrusts per step, with ember.ad.fold, and returns the final state; ember.ad.jacobian gives its
+derivatives with respect to the state (12 x 12) and to the controls (12 x N x 4). The script calls the three
+functions from Python, checks the jacobians against central finite differences and prints the largest difference.
 
 The physics is written once, on anything with + - * / and a sin and cos (ember Tensors here; bench/numerical.py
 runs the same functions in CasADi and JAX).
