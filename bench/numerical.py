@@ -13,7 +13,7 @@ Cases, all float64:
          12300 nonzeros, ember.ad.spjacobian
   f-eval quadrotor, 20 RK4 steps (examples/quadrotor.py): final state[12] from (state[12], controls[20, 4])
   f-jac  the same plus the jacobians by state (12 x 12) and by controls (12 x 20 x 4), one function with three
-         outputs; ember's process stops after JAC_LIMIT s (ember unrolls the 20 steps into straight-line C++)
+         outputs; the rollout is ember.ad.fold of one step (a loop in the C++); ember's process stops after JAC_LIMIT s
   g      hessian of the Lagrangian of a pendulum swing-up, multiple shooting with one RK4 step on each of 50
          intervals: 152 unknowns (angle and rate at 51 nodes, a torque per interval), 104 equality constraints
          (100 continuity defects, angle and rate at both ends); ember.ad.sphessian wrt the unknowns: a full 3 x 3
@@ -71,8 +71,8 @@ BRATU_SIZE, BRATU_LAMBDA = 1000, 1.0
 ROSENBROCK_SIZE = 100
 GRID_SIZE = 50  # 2-D Bratu: a GRID_SIZE x GRID_SIZE grid of unknowns
 QUADROTOR_STEPS = 20  # lower it for a quick check of f-eval and f-jac
-JAC_LIMIT = 120.0  # s for ember's f-jac process: from 12 steps on, codegen of its unrolled jacobians takes over a
-# minute (84 s at 12 steps, 14 MB of C++) and g++ far longer (issue 15: 25+ min at 20 steps)
+JAC_LIMIT = 120.0  # s for ember's f-jac process (3-4 s with the fold; unrolled, from 12 steps on, codegen of the
+# jacobians took over a minute, 84 s at 12 steps for 14 MB of C++, and g++ far longer: 25+ min at 20 steps)
 SWINGUP_INTERVALS, SWINGUP_TIME = 50, 2.5  # s
 PENDULUM_GRAVITY, PENDULUM_DAMPING = 9.81, 0.1  # g / l in 1/s^2, damping in 1/s
 GRADIENT_SIZES = (100, 200, 400, 800, 1600)
