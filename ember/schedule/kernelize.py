@@ -5,8 +5,10 @@ After:  an ordered list of ExecItems. Each holds a kernel AST `SINK(STORE(DEFINE
         where `value` reads only DEFINE_GLOBALs (numbered by the item's buffer list) and CONSTs, and the buffers.
 
 What is realized (stored to a buffer): every output, every CONTIGUOUS, and a REDUCE_AXIS whose result is broadcast
-(an EXPAND between it and its kernel would recompute the reduction per broadcast element) or read by two kernels.
-When only an elementwise chain lies between such a reduction and the broadcast, the end of the chain is stored
+(an EXPAND between it and its kernel would recompute the reduction per broadcast element), read by two kernels, or
+read at more positions than it has elements by a kernel that loops over them (a PAD around it: each position would
+run the reduction's loop, gated; see `recomputed`).
+When only an elementwise chain lies between such a reduction and the broadcast or pad, the end of the chain is stored
 instead, so the chain runs once inside the reduce kernel.
 An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops;
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
@@ -194,9 +196,32 @@ def scalar_program(outputs: list[UOp], consumers: dict[UOp, list[UOp]], realized
     return group if len(group) > 1 else []
 
 
+def growth(reader: UOp, u: UOp) -> float:
+    """How many times `reader` computes each element of its source u per element of its own (a reduction reads
+    each of its terms once; a PAD or a broadcast reads u at more positions than u has)."""
+    if reader.op is Ops.REDUCE_AXIS or not all(isinstance(s, int) for s in (*reader.shape, *u.shape)): return 1.0
+    return prod(reader.shape) / max(prod(u.shape), 1)
+
+
+def recomputed(times: float, looped: bool, kernels: set[UOp], together: list[UOp], straight: dict[UOp, bool]) -> bool:
+    """A value its readers compute `times` times per element (`looped`: in a reduction's loop, `kernels`: the
+    realized nodes whose kernels read it) is computed again for positions that hold no value of their own, each
+    time looping over all its terms if it is a reduction: a PAD around it (the gradient of x[n] in
+    sum(f(x[:n] * x[n])) pads d/dx[n] into the gradient's last element: a loop of n terms for each of n+1
+    elements), or a broadcast. Not where only unrolled positions read it: there a padding folds away per position.
+
+    `straight` caches, per realized node, whether its kernel unrolls every output axis (one STORE per element)."""
+    if times <= 1 + 1e-9: return False
+    if looped: return True
+    for k in kernels:
+        if k not in straight: straight[k] = k in together or unrolled_stores(k) is not None
+        if not straight[k]: return True
+    return False
+
+
 def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
-    """The nodes that get a buffer of their own (outputs, CONTIGUOUS, shared or broadcast reductions, dear values),
-    and the outputs that one kernel computes together (see scalar_program)."""
+    """The nodes that get a buffer of their own (outputs, CONTIGUOUS, shared, broadcast or padded reductions, dear
+    values), and the outputs that one kernel computes together (see scalar_program)."""
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()
     consumers: dict[UOp, list[UOp]] = {u: [] for u in order}
     for u in order:
@@ -209,16 +234,26 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     cost, dear = fused_cost(order)
     readers: dict[UOp, set[UOp]] = {}  # the realized nodes whose kernels read this value
     broadcast: dict[UOp, bool] = {}  # an EXPAND lies between this value and a kernel that reads it
+    spread: dict[UOp, float] = {}  # how many times the kernels reading this value compute each of its elements
+    in_loop: dict[UOp, bool] = {}  # a reduction's loop reads this value (computed once per step)
+    straight: dict[UOp, bool] = {}  # the kernel of this realized node unrolls every output axis (recomputed)
     for u in reversed(order):
         if u.op is Ops.SINK: continue
         kernels: set[UOp] = set()
-        expanded = False
+        expanded = looped = False
+        times = 0.0
         for c in consumers[u]:
             if c.op is Ops.SINK: continue
             kernels |= {kernel_of.get(c, c)} if c in realized else readers[c]
             expanded |= c.op is Ops.EXPAND or (c not in realized and broadcast[c])
+            looped |= c.op is Ops.REDUCE_AXIS or (c not in realized and in_loop[c])
+            times = max(times, (1.0 if c in realized else spread[c]) * growth(c, u))
         if u.op is Ops.REDUCE_AXIS and (expanded or len(kernels) > 1): realized.add(u)
         if u.op in GroupOp.Elementwise and expanded and ends_on_private_reduce(u, consumers): realized.add(u)
+        if (u.op is Ops.REDUCE_AXIS or u.op in GroupOp.Elementwise) and not expanded and \
+                recomputed(times, looped, kernels, together, straight) and \
+                (u.op is Ops.REDUCE_AXIS or ends_on_private_reduce(u, consumers)):
+            realized.add(u)  # a reduction (or the chain it ends) stored once, not computed per padded position
         if u.op in GroupOp.Elementwise and expanded and (dear[u] or cost[u] > RECOMPUTE_LIMIT) and \
                 prod(u.shape) > BROADCAST_RECOMPUTE_SIZE:
             realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
@@ -226,6 +261,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
         if u.op is Ops.PAD and expanded and prod(u.shape) > BROADCAST_RECOMPUTE_SIZE: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
+        spread[u], in_loop[u] = times, looped
     return realized, together
 
 

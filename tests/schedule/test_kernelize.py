@@ -431,3 +431,25 @@ def test_x_at_w_transposed_copies_w_transposed_when_big(m: int, k: int, n: int, 
     np.testing.assert_allclose(out.numpy(), x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-4)
     out.sum().backward()
     np.testing.assert_allclose(tw.grad.numpy(), np.broadcast_to(x.sum(0), (n, k)), rtol=1e-4, atol=1e-4)
+
+
+PADDED_REDUCTIONS = [  # (name, build, numpy, kernels): a reduction read at more positions than it has elements
+    ("sum_padded_into_a_loop", lambda x: (x * x).sum().reshape(1).pad(((99, 0),)) + x,
+     lambda x: np.pad([(x * x).sum()], (99, 0)) + x, 2),
+    ("sum_padded_into_unrolled_stores", lambda x: (x[:8] * x[:8]).sum().reshape(1).pad(((7, 0),)) + x[:8],
+     lambda x: np.pad([(x[:8] * x[:8]).sum()], (7, 0)) + x[:8], 1),
+    ("row_sums_padded_then_summed", lambda x: x.reshape(4, 25).exp().sum(1).pad(((0, 60),)).sum(),
+     lambda x: np.exp(x.reshape(4, 25)).sum(1).sum(), 2),
+]
+
+
+@pytest.mark.parametrize("name, build, numpy, kernels", PADDED_REDUCTIONS, ids=[c[0] for c in PADDED_REDUCTIONS])
+def test_a_reduction_padded_into_a_loop_is_computed_once(name, build, numpy, kernels):
+    """A PAD around a reduction (the gradient of x[n] in sum(f(x[:n] * x[n])) pads d/dx[n] into the last element)
+    makes every position of a loop over the padded axis run the reduction's loop, gated: it is stored by a kernel
+    of its own. Where the reader unrolls the padded axis, each position folds the padding away, and it stays fused."""
+    x = np.linspace(-1.0, 1.0, 100)
+    out = build(Tensor(x))
+    items = out.schedule()
+    assert len(items) == kernels
+    np.testing.assert_allclose(out.numpy(), numpy(x), rtol=1e-13)
