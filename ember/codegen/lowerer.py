@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ember.dtype import AddrSpace, DType, dtypes
 from ember.helpers import SPEC
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import TANGENT, Ops, UOp
 from ember.uop.spec import check_stage
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 
@@ -56,7 +56,8 @@ def lower_reduce(ctx: LowerContext, red: UOp) -> UOp:
                red.dtype)))
     slot = UOp(Ops.INDEX, acc.dtype, (acc.after(init, *ranges), zero))
     current = UOp(Ops.LOAD, red.dtype, (slot,))
-    if ctx.contract and op is Ops.ADD and value.op is Ops.MUL and value.dtype.is_float:
+    if ctx.contract and op is Ops.ADD and value.op is Ops.MUL and value.arg != TANGENT and value.dtype.is_float:
+        # (a forward-mode product keeps its test for a zero factor: renderer/cstyle.render_tangent_product)
         update = UOp(Ops.STORE, dtypes.void, (slot, UOp(Ops.MULACC, red.dtype, (*value.src, current))))
     else: update = UOp(Ops.STORE, dtypes.void, (slot, UOp(op, red.dtype, (current, value))))
     done = end_ranges(update, ranges)

@@ -24,7 +24,7 @@ from ember.device import Buffer
 from ember.dtype import DType, dtypes
 from ember.export.cpp_names import check_cpp_name, cpp_arg_names
 from ember.export.function import NumericalFunction
-from ember.renderer.cstyle import _LIBM, FLOATS, CRenderer, _libm, _src, c_type, pm_render_c
+from ember.renderer.cstyle import _LIBM, FLOATS, CRenderer, _libm, _src, c_type, pm_render_c, tangent_product_functions
 from ember.schedule.kernelize import LoopItem
 from ember.uop.ops import Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
@@ -51,6 +51,7 @@ inline To bit_cast(From from) {
   std::memcpy(&to, &from, sizeof to);
   return to;
 }""", ()),
+    **{name: (code, ()) for name, code in tangent_product_functions("inline").items()},
 }
 
 

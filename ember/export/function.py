@@ -299,8 +299,7 @@ class NumericalFunction:
 
     def _check_interpreter(self) -> None:
         """INTERPRET=2: the interpreter and the native code agree on random arguments, bit for bit but for the
-        sign of zeros. The arguments lie in [0.25, 0.75] (integers in 1..9), inside most functions' domains: a NaN
-        partial derivative meeting a zero tangent is where the two may differ (interpreter.py)."""
+        sign of zeros. The arguments lie in [0.25, 0.75] (integers in 1..9), inside most functions' domains."""
         if not self._native: return
         rng = np.random.default_rng(0)
         args = [rng.uniform(0.25, 0.75, a.shape).astype(to_numpy(a.dtype)) if a.dtype.is_float else

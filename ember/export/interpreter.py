@@ -6,7 +6,7 @@ nothing in the cache evaluates here and starts the native build in a thread (fun
 native code once it is loaded.
 
 Every operation means here what the rendered C means, so the results are the native code's bit for bit (but for
-two cases in derivative arithmetic, below):
+the sign of a zero in derivative arithmetic, below):
 - float64 and float32 + - * / and sqrt are IEEE operations in both, never fused (the native code is compiled with
   -ffp-contract=off); libm functions (float64 only) are the same C library's, called through `exec_alu`;
 - integer ops wrap at their width; / and % truncate toward zero, and a zero divisor gives 0 (render_int_division);
@@ -14,9 +14,9 @@ two cases in derivative arithmetic, below):
 - a reduction folds its terms from the identity, in row-major order of the reduced axes, one at a time: the
   accumulator loop the lowerer makes (and its unrolled form, which rangeify builds in the same order); a single
   term is the result itself, as rangeify folds a loop of one step (-0.0 stays -0.0);
-- a forward-mode product (arg TANGENT) with a zero factor is 0 whatever the other (a structural zero). Codegen folds
-  only the zeros it sees as constants, so where a zero tangent is computed at run time the native code can give
-  NaN (0 * inf) where this gives 0, and a zero's sign can differ where codegen folded one and this did not.
+- a forward-mode product (arg TANGENT) with a zero factor is 0 whatever the other (a structural zero), inf and NaN
+  included: codegen folds the zeros it sees as constants, and the native code tests the others at run time
+  (renderer/cstyle.render_tangent_product). A zero's sign can differ where codegen folded one and this did not.
 What cannot promise that is refused (`refusal` says why) and compiles first as before: float16 and bfloat16 (C
 rounds their intermediates in float), float32 libm functions (sinf is not sin rounded to float), ops missing below.
 """

@@ -11,7 +11,7 @@ one width is a vector cast (GCC and clang reinterpret the bits of vectors of the
 from __future__ import annotations
 
 from ember.dtype import AddrSpace, DType, PtrDType, dtypes
-from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
 # lane types: (name prefix, C element type)
@@ -96,6 +96,15 @@ def render_load(ctx: dict[UOp, str], x: UOp, idx: UOp) -> str:
     return value if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?{value}:({c_type(x.dtype)}){{0}})"
 
 
+def render_tangent_product(ctx: dict[UOp, str], x: UOp) -> str | None:
+    """A forward-mode product (arg TANGENT) of floats: 0 in the lanes where a zero factor meets inf or NaN (the
+    product is NaN there), as the scalar form (cstyle.render_tangent_product)."""
+    if not x.dtype.is_float: return None
+    a, b = ctx[x.src[0]], ctx[x.src[1]]
+    p, zero = f"({a}*{b})", f"(({c_type(x.dtype)}){{0}})"
+    return select(f"(({p}!={p})&(({a}=={zero})|({b}=={zero})))", zero, p, x.dtype)
+
+
 pm_render_vector = PatternMatcher([
     (UPat(Ops.GEP, name="x"), render_gep),
     (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: f"(({c_type(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"),
@@ -103,6 +112,7 @@ pm_render_vector = PatternMatcher([
     (UPat(Ops.MAX, name="x"), render_max),
     (UPat(Ops.WHERE, name="x"), lambda ctx, x: select(ctx[x.src[0]], ctx[x.src[1]], ctx[x.src[2]], x.dtype)),
     (UPat(Ops.MULACC, name="x"), lambda ctx, x: "fma_{}({},{},{})".format(c_type(x.dtype), *(ctx[s] for s in x.src))),
+    (UPat(Ops.MUL, arg=TANGENT, name="x"), render_tangent_product),
     (UPat(tuple(_ARITHMETIC), name="x"), lambda ctx, x: f"({ctx[x.src[0]]}{_ARITHMETIC[x.op]}{ctx[x.src[1]]})"),
     (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
     (UPat(Ops.CAST, name="x"), lambda ctx, x: f"__builtin_convertvector({ctx[x.src[0]]},{c_type(x.dtype)})"),

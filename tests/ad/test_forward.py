@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from ember import Tensor, ad
-from ember.export import Arg, NumericalFunction
+from ember.ad.forward import as_tensor, tangents
+from ember.export import Arg, NumericalFunction, render_module
 from tests.helpers import Case, T, scaled_error
 
 RNG = np.random.default_rng(23)
@@ -236,3 +237,50 @@ def test_a_term_absent_from_a_derivative_is_zero_even_beside_an_infinite_partial
     np.testing.assert_array_equal(got, [[np.inf, 1.0], [0.0, 3.0]])
     assert np.isnan(theirs([0.0, 3.0])[0, 1])
     np.testing.assert_allclose(ad.jacobian(f)(np.array([0.25, 3.0])), theirs([0.25, 3.0]), rtol=1e-15)
+def grid_residual(u: Tensor) -> Tensor:
+    """A 2-D Bratu-like residual on a 4x4 grid: the 5-point Laplacian with a zero boundary, plus exp(u)."""
+    p = u.pad(((1, 1), (1, 1)))
+    return p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4 * u + u.exp()
+
+
+def grid_jacobian(u: np.ndarray) -> np.ndarray:
+    """grid_residual's jacobian, (16, 16), written out: 1 for each neighbour, -4 + exp(u) on the diagonal."""
+    n = u.shape[0]
+    jac = np.zeros((n * n, n * n))
+    for i in range(n):
+        for j in range(n):
+            with np.errstate(invalid="ignore"): jac[i * n + j, i * n + j] = -4.0 + np.exp(u[i, j])
+            for a, b in ((i - 1, j), (i + 1, j), (i, j - 1), (i, j + 1)):
+                if 0 <= a < n and 0 <= b < n: jac[i * n + j, a * n + b] = 1.0
+    return jac
+
+
+@pytest.mark.parametrize("transform", [ad.jacobian, ad.spjacobian])
+def test_a_zero_seed_met_at_run_time_by_an_infinite_partial_is_a_structural_zero(transform):
+    """With one u = inf and one u = NaN, d exp(u)/du is inf and NaN there: only the diagonal entry of that element
+    may be, every other entry is the finite one. The seeds are zero in most directions, but not as constants codegen
+    can fold (a loop over the directions, a gather of the colors' products): the native code tests each tangent
+    product at run time, as the interpreter does (with the inf alone, 15 entries of the dense jacobian were NaN)."""
+    f = transform(NumericalFunction("grid", grid_residual, [Arg((4, 4))]))
+    u = np.linspace(-0.5, 0.5, 16).reshape(4, 4)
+    u[1, 1], u[2, 3] = np.inf, np.nan
+    assert "tangent_product_f64(" in render_module("grid", [f])[1]  # the zeros are not constants here
+    f.compile()
+    dense = (lambda out: f.to_dense(out)) if isinstance(f, ad.SparseFunction) else (lambda out: out.reshape(16, 16))
+    want = grid_jacobian(u)
+    np.testing.assert_array_equal(dense(f(u)), want)
+    np.testing.assert_array_equal(dense(f.interpret(u)), want)
+    assert np.isinf(want[5, 5]) and np.isnan(want[11, 11]) and np.isfinite(np.delete(want.ravel(), [85, 187])).all()
+
+
+def test_a_vectorized_tangent_product_with_a_zero_factor_is_zero_beside_inf_and_nan():
+    """The tangents of x * exp(x) on the CPU device (vector lanes where it has them), seeded in two directions that
+    are zero at most elements, with an inf and a NaN among the x: 0 in every lane with a zero seed."""
+    x = np.linspace(0.5, 2.0, 64)
+    x[3], x[10] = np.inf, np.nan
+    seeds = np.zeros((2, 64))
+    seeds[0, ::2], seeds[1, 1::3] = 1.0, 1.0
+    tx = Tensor(x)
+    got = as_tensor(tangents([(tx.exp() * tx).uop], {tx.uop: Tensor(seeds).uop}, 2)[0]).numpy()
+    with np.errstate(invalid="ignore"): want = np.where(seeds == 0, 0.0, seeds * (np.exp(x) * x + np.exp(x)))
+    np.testing.assert_array_equal(got, want)
