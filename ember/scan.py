@@ -16,9 +16,10 @@ ad/batching.py, reverse mode in gradient.py, sparsity in ad/sparsity.py), built 
 Small loops are unrolled (the default `unroll=None` decides by size): straight-line code lets the C++ compiler
 schedule across steps, which a loop of a few steps gains nothing from giving up.
 
-Layout: the carry, x and y leaves are flattened and joined into one vector each (so they share one float dtype).
-Values the body reads from outside (an outer function's inputs, captured arrays) become the FOLD's further
-sources, `params`, read the same at every step.
+Layout: a FOLD has flat carries and xs, one or several (derivative FOLDs keep values and tangents apart, so that
+vmap batches only what the batch reaches); `scan` flattens and joins its carry leaves into one carry, its x leaves
+into one xs and its y leaves into one y, so they share one float dtype. Values the body reads from outside (an
+outer function's inputs, captured arrays) become the FOLD's further sources, `params`, read the same at every step.
 """
 
 from __future__ import annotations
