@@ -129,6 +129,44 @@ def fold_result(res: Tensor, carry: int, length: int, y: int) -> tuple[Tensor, T
     return res[:carry], res[carry:].reshape(length, y)
 
 
+# ---- one loop where two compute the same carries ---------------------------------------------------------------
+
+_stand_ins: dict[tuple[str, int, tuple[int, ...], DType], UOp] = {}
+
+
+def _stand_in(role: str, i: int, like: UOp) -> UOp:
+    """One placeholder per (role, position, shape, dtype), the same for every FOLD: two bodies traced apart that
+    compute the same from their placeholders become the same graph once these replace them."""
+    key = (role, i, like.shape, like.dtype)
+    if key not in _stand_ins: _stand_ins[key] = placeholder(like.shape, like.dtype).uop
+    return _stand_ins[key]
+
+
+def carry_updates(u: UOp) -> tuple[UOp, ...]:
+    """A FOLD's next carries with its placeholders replaced by stand-ins: equal for two FOLDs whose steps update
+    their carries alike, however apart their bodies were traced."""
+    a = u.arg
+    mapping = {p: _stand_in(role, i, p) for role, ps in (("carry", a.carry), ("x", a.x), ("param", a.params))
+               for i, p in enumerate(ps)}
+    return substitute(UOp(Ops.SINK, dtypes.void, a.out[:-1]), mapping).src
+
+
+def share_folds(sink: UOp) -> UOp:
+    """sink with every FOLD that has no y read from another FOLD over the same sources and length whose carries
+    step alike and that also emits ys: a function returning a rollout and its reverse-mode jacobian runs the steps
+    once, not once for the rollout and again for the replay that records the carries (gradient.py grad_fold)."""
+    folds = [u for u in sink.toposort() if u.op is Ops.FOLD]
+    if len(folds) < 2: return sink
+    emitting = {}
+    for u in folds:
+        if u.arg.y_size: emitting.setdefault((u.arg.length, u.src, carry_updates(u)), u)
+    mapping = {}
+    for u in folds:
+        if u.arg.y_size or (other := emitting.get((u.arg.length, u.src, carry_updates(u)))) is None: continue
+        mapping[u] = UOp(Ops.SHRINK, u.dtype, (other,), ((0, u.arg.carry_size),))
+    return substitute(sink, mapping) if mapping else sink
+
+
 # ---- the front end ---------------------------------------------------------------------------------------------
 
 def _leaves(value: Leaves | None, what: str) -> tuple[list[Tensor], bool]:
@@ -226,5 +264,5 @@ def fold(step: Callable[[Any, Any], Any], init: Leaves, xs: Leaves | None = None
     return scan(lambda c, x: (step(c, x), None), init, xs, length, unroll=unroll)[0]
 
 
-__all__ = ["scan", "fold", "make_fold", "fold_parts", "fold_result", "body_with", "placeholder", "split", "join",
-           "offsets"]
+__all__ = ["scan", "fold", "make_fold", "share_folds", "carry_updates", "fold_parts", "fold_result", "body_with",
+           "placeholder", "split", "join", "offsets"]

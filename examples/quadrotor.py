@@ -116,11 +116,13 @@ def build_functions(steps: int, with_jacobians: bool = True) -> list[NumericalFu
 
 
 def with_jacobians(fns: list[NumericalFunction]) -> NumericalFunction:
-    """One function returning (final state, jacobian by state, jacobian by controls): the three traced together,
-    so the rollout they share is computed once."""
-    rollout, jac_state, jac_control = fns
-    return NumericalFunction("rollout_with_jacobians", lambda state, controls: (
-        rollout(state, controls), jac_state(state, controls), jac_control(state, controls)), rollout.args)
+    """One function returning (final state, jacobian by state, jacobian by controls), traced together: both
+    jacobians from one ember.ad.jacobian over both arguments, one reverse sweep for 12 outputs by 92 inputs (two
+    jacobians would add a forward pass of 12 directions over the state: 2.4x CasADi's time, not 1.3x)."""
+    rollout = fns[0]
+    both = ember.ad.jacobian(rollout, argnum=(0, 1))
+    return NumericalFunction("rollout_with_jacobians", lambda state, controls: (rollout(state, controls),
+                                                                               *both(state, controls)), rollout.args)
 
 
 def start_and_controls(steps: int) -> tuple[np.ndarray, np.ndarray]:

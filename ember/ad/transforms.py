@@ -18,6 +18,7 @@ from ember.ad.forward import as_tensor, tangents
 from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
 from ember.helpers import prod
+from ember.scan import offsets
 from ember.tensor import Tensor
 
 
@@ -70,12 +71,22 @@ def gradient(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
                              f.arg_names, lazy=True)
 
 
-def jacobian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
-    """x... -> df/dx_argnum of shape output.shape + x_argnum.shape."""
-    a = _argnum(f, argnum, "jacobian")
+def jacobian(f: NumericalFunction, argnum: int | Sequence[int] = 0) -> NumericalFunction:
+    """x... -> df/dx_argnum of shape output.shape + x_argnum.shape. With a sequence of argnums, a tuple of those
+    jacobians from one pass whose directions span them all: forward over all their elements together, or reverse
+    over the output's when that is fewer. A rollout's jacobians by its state (12 x 12) and by its controls (12 x 80)
+    then share one reverse sweep, where two calls would run forward mode over the state beside it."""
+    if isinstance(argnum, int):
+        a = _argnum(f, argnum, "jacobian")
+        if len(f.output_shapes) != 1: raise ShapeError(f"jacobian: {f.name} must have one output")
+        return NumericalFunction(f"{f.name}_jac", lambda *xs: _jacobians(_single(f, xs, "jacobian"), [xs[a]])[0],
+                                 f.args, f.arg_names, lazy=True)
+    nums = [_argnum(f, n, "jacobian") for n in argnum]
+    if not nums or len(set(nums)) != len(nums):
+        raise ValueError(f"jacobian: argnum {tuple(argnum)} must name distinct arguments, at least one")
     if len(f.output_shapes) != 1: raise ShapeError(f"jacobian: {f.name} must have one output")
-    return NumericalFunction(f"{f.name}_jac", lambda *xs: _jacobian(_single(f, xs, "jacobian"), xs[a]), f.args,
-                             f.arg_names, lazy=True)
+    return NumericalFunction(f"{f.name}_jac", lambda *xs: tuple(
+        _jacobians(_single(f, xs, "jacobian"), [xs[n] for n in nums])), f.args, f.arg_names, lazy=True)
 
 
 def hessian(f: NumericalFunction, argnum: int = 0) -> NumericalFunction:
@@ -100,20 +111,35 @@ def forward_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
 
 def reverse_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
     """u^T d out / dx for each row u of seeds (k, *out.shape), in one pass: the vjp lifted over u, (k, *x.shape)."""
+    return _reverse(out, [x], seeds)[0]
+
+
+def _reverse(out: Tensor, xs: Sequence[Tensor], seeds: Tensor) -> list[Tensor]:
+    """reverse_directions for each of xs, from one vjp lifted once."""
     (u,) = placeholders_for([Arg(out.shape, out.dtype)])  # stands for the cotangent; the vjp is linear in it
-    pulled, batched = lift([_grad(out, x, u).uop], {u.uop: (seeds.cast(out.dtype).uop, True)}, seeds.shape[0])[0]
-    return as_tensor(pulled if batched else broadcast_front(pulled, seeds.shape[0]))
+    grads = out.gradient(*xs, gradient=u)
+    lifted = lift([g.uop for g in grads], {u.uop: (seeds.cast(out.dtype).uop, True)}, seeds.shape[0])
+    return [as_tensor(g if batched else broadcast_front(g, seeds.shape[0])) for g, batched in lifted]
 
 
-def _jacobian(out: Tensor, x: Tensor) -> Tensor:
-    """Columns d out / dx_j by forward mode, or rows d out_i / dx by reverse mode, whichever are fewer."""
-    n_out, n_in = prod(out.shape), prod(x.shape)
-    if n_out == 0 or n_in == 0: return Tensor.zeros(out.shape + x.shape, dtype=out.dtype)
-    if n_in <= n_out:
-        cols = forward_directions(out, x, Tensor.eye(n_in, dtype=x.dtype).reshape(n_in, *x.shape))
-        return cols.reshape(n_in, n_out).permute(1, 0).reshape(out.shape + x.shape)
-    rows = reverse_directions(out, x, Tensor.eye(n_out, dtype=out.dtype).reshape(n_out, *out.shape))
-    return rows.reshape(out.shape + x.shape)
+def _jacobians(out: Tensor, xs: Sequence[Tensor]) -> list[Tensor]:
+    """d out / dx for each of xs, in one pass: columns by forward mode over the elements of all xs, or rows
+    d out_i / d(all xs) by reverse mode, whichever are fewer."""
+    n_out, sizes = prod(out.shape), [prod(x.shape) for x in xs]
+    if n_out == 0 or sum(sizes) == 0: return [Tensor.zeros(out.shape + x.shape, dtype=out.dtype) for x in xs]
+    if sum(sizes) <= n_out:
+        total = sum(sizes)
+        if len(xs) == 1: seeds = {xs[0].uop: Tensor.eye(total, dtype=xs[0].dtype).reshape(total, *xs[0].shape).uop}
+        else:  # direction j moves element j of all the xs' elements, in order
+            eye = Tensor.eye(total, dtype=out.dtype)
+            seeds = {x.uop: eye[:, at:at + n].cast(x.dtype).reshape(total, *x.shape).uop
+                     for x, n, at in zip(xs, sizes, offsets(sizes), strict=True)}
+        cols = as_tensor(tangents([out.uop], seeds, total)[0]).reshape(total, n_out).permute(1, 0)
+        if len(xs) == 1: return [cols.reshape(out.shape + xs[0].shape)]
+        return [cols[:, at:at + n].reshape(out.shape + x.shape) for x, n, at in zip(xs, sizes, offsets(sizes),
+                                                                                     strict=True)]
+    rows = _reverse(out, xs, Tensor.eye(n_out, dtype=out.dtype).reshape(n_out, *out.shape))
+    return [r.reshape(out.shape + x.shape) for r, x in zip(rows, xs, strict=True)]
 
 
 def vmap(f: NumericalFunction, in_axes: int | None | Sequence[int | None] = 0, *, axis_size: int) -> NumericalFunction:

@@ -328,6 +328,8 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | Lo
         sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_use_computed, ctx=computed, bottom_up=True)
         outputs = list(sink.src)
     sink = UOp(Ops.SINK, dtypes.void, tuple(outputs))
+    from ember.scan import share_folds
+    if (shared := share_folds(sink)) is not sink: outputs, sink = list(shared.src), shared  # (read from a replay)
     moved: dict[UOp, UOp] = {}  # (a rewrite of a graph without such a reduction would only cost time)
     if any(u.op is Ops.REDUCE_AXIS and split_reduce(u) is not None for u in sink.toposort()):
         moved = graph_rewrite_map(sink, pm_split_reduce)

@@ -81,6 +81,45 @@ def test_jacobian_of_the_loop_equals_the_unrolled_one(argnum):
         np.testing.assert_allclose(looped[(slice(None), *i)], (f(*up) - f(*down)) / (2 * h), rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("argnums", [(0, 2), (2, 0), (0, 1), (1, 2, 0)])  # 4 inputs <= 7 outputs: forward; else reverse
+def test_jacobian_by_several_arguments_equals_the_separate_jacobians(argnums):
+    f = ember.ad.jacobian(rollout(False), argnums)
+    together = f.compile()(*ARGS)
+    assert len(together) == len(argnums)
+    for native, interpreted in zip(together, f.interpret(*ARGS), strict=True):
+        np.testing.assert_array_equal(native, interpreted)
+    for jac, argnum in zip(together, argnums, strict=True):
+        np.testing.assert_allclose(jac, ember.ad.jacobian(rollout(True), argnum)(*ARGS), rtol=1e-14, atol=1e-14)
+
+
+def test_jacobians_by_the_carry_and_the_xs_share_one_reverse_sweep():
+    loops = lambda f: render_module("m", [f])[1].count("for (long step0")  # noqa: E731
+    by_state, by_xs = ember.ad.jacobian(rollout(False), 0), ember.ad.jacobian(rollout(False), 1)
+    separate = NumericalFunction("separate", lambda *xs: (by_state(*xs), by_xs(*xs)), rollout(False).args)
+    assert loops(separate) == 3  # forward mode over the carry; the replay and the reverse sweep for the xs
+    assert loops(ember.ad.jacobian(rollout(False), (0, 1))) == 2  # the replay and one reverse sweep
+    with pytest.raises(ValueError, match="distinct"): ember.ad.jacobian(rollout(False), (1, 1))
+
+
+def final_state(unroll: bool) -> NumericalFunction:
+    return NumericalFunction(f"final{int(unroll)}", lambda x0, us, w: fold(lambda c, u: step(c, u, w)[0], x0, us,
+                                                                          unroll=unroll), [Arg(2), Arg((5, 2)), Arg(2)])
+
+
+def test_a_loop_and_its_reverse_jacobian_run_the_steps_once_before_the_sweep():
+    f, jac = final_state(False), ember.ad.jacobian(final_state(False), (0, 1))
+    together = NumericalFunction("together", lambda *xs: (f(*xs), *jac(*xs)), f.args)
+    assert render_module("m", [together])[1].count("for (long step0") == 2  # the replay gives the value too
+    got = together.compile()(*ARGS)
+    for native, interpreted, kernels in zip(got, together.interpret(*ARGS), together.call_kernels(*ARGS), strict=True):
+        np.testing.assert_array_equal(native, interpreted)
+        np.testing.assert_array_equal(native, kernels)
+    np.testing.assert_array_equal(got[0], final_state(True)(*ARGS))
+    for jac_unrolled, argnum in zip(got[1:], (0, 1), strict=True):
+        np.testing.assert_allclose(jac_unrolled, ember.ad.jacobian(final_state(True), argnum)(*ARGS), rtol=1e-14,
+                                   atol=1e-14)
+
+
 @pytest.mark.parametrize("argnum", [0, 1, 2])
 def test_gradient_hessian_and_sparse_derivatives_of_the_loop(argnum):
     for transform in (ember.ad.gradient, ember.ad.hessian, ember.ad.sphessian):
