@@ -8,6 +8,7 @@ from ember.codegen.periodic import split_periodic
 from ember.codegen.pipeline import lower_optimized
 from ember.codegen.rangeify import rangeify
 from ember.codegen.search import beam_search
+from ember.codegen.segments import split_segments
 from ember.helpers import BEAM, NOOPT
 from ember.renderer import ProgramSpec, Renderer
 from ember.uop.ops import GroupOp, Ops, UOp
@@ -17,6 +18,7 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: lis
     """Lower a kernel AST from the scheduler to source for `renderer`'s device, with `opts` (None: the
     heuristic's, none under NOOPT=1, under BEAM=n those a search times fastest: codegen/search.py)."""
     sink = rangeify(ast)  # movement ops -> RANGE/INDEX/LOAD; index arithmetic simplified
+    sink = split_segments(sink)  # a loop that compares i with constants: one loop per stretch between them
     sink = split_periodic(sink)  # a loop that tests i % p for a small p: whole periods, one period unrolled
     if opts is None and BEAM and not NOOPT: opts = beam_search(sink, renderer, name or kernel_name(ast), BEAM.value)
     if opts is None: opts = [] if NOOPT else hand_coded_opts(sink, renderer)
