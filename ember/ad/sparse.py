@@ -25,6 +25,7 @@ import numpy as np
 from ember.ad.sparsity import color_columns, color_rows, dependencies, star_coloring, star_recovery
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
 from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
+from ember.codegen.segments import SEGMENT_LIMIT
 from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
@@ -59,12 +60,14 @@ class SparseFunction(NumericalFunction):
 
 def _seeds(colors: np.ndarray, count: int, shape: tuple[int, ...]) -> Tensor:
     """(count, *shape): direction c is 1 on the elements of color c. A banded pattern's coloring repeats with a
-    small period: then the seeds are arithmetic in the element's index, and a loop over the elements unrolled by
-    the period (codegen/periodic.py) folds them to constants."""
+    small period, a multiple-shooting problem's comes in a few runs: then the seeds are arithmetic in the element's
+    index, and a loop over the elements unrolled by the period (codegen/periodic.py) or cut at the runs' ends
+    (codegen/segments.py) folds them to constants."""
     n = len(colors)
     direction = Tensor.arange(count).reshape(count, 1)
     period = _period(colors)
     if period: color = _periodic(Tensor.arange(n), [int(c) for c in colors[:period]])
+    elif (runs := _runs(colors)) is not None: color = runs
     else: color = Tensor(colors.astype(np.int32))
     return color.reshape(1, n).eq(direction).cast(dtypes.float64).reshape(count, *shape)
 
@@ -81,6 +84,19 @@ def _periodic(k: Tensor, table: Sequence[Any]) -> Tensor:
     rest = k.fmod(len(table)) if len(table) > 1 else k.zeros_like()
     out = k.full_like(table[-1]) if not isinstance(table[-1], Tensor) else table[-1]
     for t in range(len(table) - 2, -1, -1): out = rest.eq(t).where(table[t], out)
+    return out
+
+
+def _runs(values: np.ndarray) -> Tensor | None:
+    """values[k] as comparisons of k with the ends of its runs of equal values, if there are at most SEGMENT_LIMIT
+    runs (the unknowns of a multiple-shooting problem: angles, rates, torques, a color each), else None. A loop over
+    the elements cut at those ends (codegen/segments.py) folds them to constants, and the seeds' zeros and ones with
+    them."""
+    ends = [*(int(e) for e in np.flatnonzero(values[1:] != values[:-1]) + 1), len(values)]
+    if len(ends) > SEGMENT_LIMIT: return None
+    k = Tensor.arange(len(values))
+    out = k.full_like(int(values[-1]))
+    for end in reversed(ends[:-1]): out = (k < end).where(int(values[end - 1]), out)
     return out
 
 

@@ -23,6 +23,7 @@ from ember.ad import SparseFunction
 from ember.codegen.lowerer import lower
 from ember.codegen.periodic import split_periodic
 from ember.codegen.rangeify import rangeify
+from ember.codegen.segments import split_segments
 from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.export import Arg, NumericalFunction, generate_module
@@ -337,6 +338,35 @@ def test_positions_of_a_banded_pattern_are_arithmetic_and_exact(n, offsets):
     assert positions is not None
     np.testing.assert_array_equal(positions.numpy(), where)
     assert _positions(np.random.default_rng(1).permutation(where)) is None
+
+
+SHOOTING = 30  # intervals
+
+
+def shooting(w: Tensor) -> Tensor:
+    """A multiple-shooting Lagrangian's shape: unknowns (a at the nodes, b at the nodes, u per interval), each
+    interval's term couples its a_i, b_i, u_i (a 3 x 3 block of the hessian), the defects are linear."""
+    n = SHOOTING
+    a, b, u = w[:n + 1], w[n + 1:2 * n + 2], w[2 * n + 2:]
+    return ((a[:n] + 0.1 * b[:n]).sin() * u).sum() + (u * u).sum() + (a[1:] - a[:n] - 0.1 * b[:n]).sum()
+
+
+def test_a_hessian_colored_in_runs_seeds_by_arithmetic_and_computes_each_interval_once():
+    """The colors come in runs (a's, b's, u's: one each): the seeds are comparisons with the runs' ends, not a table,
+    and the loop over w cut at those ends (codegen/segments.py) computes each interval's sine and cosine once per
+    step for all three pieces of the gradient and all three directions."""
+    n = SHOOTING
+    f = ad.sphessian(NumericalFunction("shooting", shooting, [Arg(3 * n + 2)]))
+    assert f.colors == 3 and f.nnz == 9 * n
+    assert not any(b.dtype == dtypes.int32 and b.size == 3 * n + 2 for b in f.plan.constants), "a color table"
+    kernel = next(item for item in f.plan.items if item.bufs[0].size == 3 * (3 * n + 2))  # the compressed products
+    sink = lower(split_segments(rangeify(kernel.ast)))
+    assert len([u for u in sink.toposort() if u.op in (Ops.SIN, Ops.COS) and u.ranges]) == 2
+    assert [int(u.src[0].arg) for u in sink.toposort() if u.op is Ops.RANGE] == [n]
+    w = np.random.default_rng(9).uniform(-1, 1, 3 * n + 2)
+    dense = ad.hessian(NumericalFunction("shooting_dense", shooting, [Arg(3 * n + 2)]))(w)
+    assert scaled_error(f.to_dense(f(w)), dense) < DENSE_TOL
+    np.testing.assert_array_equal(f(w), f.call_kernels(w))
 
 
 def test_an_irregular_pattern_reads_its_positions_from_a_table():
