@@ -22,7 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from ember.ad.sparsity import color_columns, color_rows, dependencies, star_coloring, star_recovery
+from ember.ad.sparsity import (
+    color_columns,
+    color_rows,
+    dependencies,
+    lattice_coloring,
+    star_coloring,
+    star_recovery,
+    stencil_offsets,
+)
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
 from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
 from ember.codegen.segments import SEGMENT_LIMIT
@@ -140,6 +148,51 @@ def _recover(compressed: Tensor, where: np.ndarray) -> Tensor:
     return compressed.contiguous().reshape(-1)._take(0, _index(where))  # stored: a loop without indirection
 
 
+class Lattice:
+    """The colors `(a . p) % m` of the positions p of a grid of `shape` (sparsity.lattice_coloring), as arithmetic."""
+
+    def __init__(self, a: np.ndarray, m: int, shape: tuple[int, ...], offsets: np.ndarray) -> None:
+        self.a, self.m, self.shape, self.offsets = [int(v) for v in a], m, shape, offsets
+        # a multiple of m that keeps (a . p) + lift >= 0 wherever p lies at most two offsets outside the grid: a
+        # remainder of a non-negative number is one the symbolic rules compare (C's % of a negative one is not)
+        self.lift = m * (2 * sum(v * int(np.abs(offsets[:, d]).max()) for d, v in enumerate(self.a)) // m + 1)
+
+    def colors(self) -> np.ndarray:
+        return (np.stack(np.unravel_index(np.arange(prod(self.shape)), self.shape), 1) @ np.array(self.a)) % self.m
+
+    def color(self, shift: Sequence[int]) -> Tensor:
+        """The color of position p - shift at each grid position p: a tensor of the grid's shape."""
+        total: Tensor | int = self.lift - sum(v * int(o) for v, o in zip(self.a, shift, strict=True))
+        for d, (v, size) in enumerate(zip(self.a, self.shape, strict=True)):
+            if v: total = Tensor.arange(size).reshape(*(size if e == d else 1 for e in range(len(self.shape)))) * v \
+                + total
+        return (total if isinstance(total, Tensor) else Tensor.full(self.shape, total, dtype=dtypes.int32)) \
+            .expand(*self.shape).fmod(self.m)
+
+    def seeds(self) -> Tensor:
+        """(m, *shape): direction c is 1 on the positions of color c."""
+        direction = Tensor.arange(self.m).reshape(self.m, *(1 for _ in self.shape))
+        return self.color([0] * len(self.shape)).unsqueeze(0).eq(direction).cast(dtypes.float64)
+
+    def recover(self, compressed: Tensor, pattern: np.ndarray) -> Tensor:
+        """The nonzeros of a stencil's jacobian in CSC order from the compressed products (m, *shape).
+
+        The entry of row r at offset o (column r - o) is compressed[color(r - o), r]: read at a computed color,
+        the seeds of the other offsets compare colors that differ by a constant (decide_equal_remainders), so one
+        kernel computes each offset's entries over the grid directly, with no color table and no sum over the
+        seeds. A table then puts them in CSC order."""
+        size = prod(self.shape)
+        rows = Tensor.arange(size).reshape(self.shape)
+        flat = compressed.reshape(-1)
+        by_offset = Tensor.stack(*[flat._take(0, self.color(o) * size + rows) for o in self.offsets]).contiguous()
+        cols, nonzero_rows = np.nonzero(pattern.T)
+        offset = (np.stack(np.unravel_index(nonzero_rows, self.shape), 1) -
+                  np.stack(np.unravel_index(cols, self.shape), 1))
+        slot = {tuple(int(v) for v in o): k for k, o in enumerate(self.offsets)}
+        where = np.array([slot[tuple(int(v) for v in o)] for o in offset], dtype=np.int64) * size + nonzero_rows
+        return by_offset.reshape(-1)._take(0, _index(where))
+
+
 def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
     """x... -> the nonzeros of d f / d x_argnum (f's output and x flattened), CSC order, one pass per color."""
     a = _argnum(f, argnum, "spjacobian")
@@ -150,18 +203,30 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
     m, n = pattern.shape
     by_col, by_row = color_columns(pattern), color_rows(pattern)
     n_col, n_row = (int(c.max(initial=-1)) + 1 if pattern.any() else 0 for c in (by_col, by_row))
+    x_shape = f.args[a].shape
+    lattice = _lattice(pattern, x_shape, min(n_col, n_row) + 1) if tuple(out.shape) == tuple(x_shape) else None
+    if lattice is not None: by_col, n_col = lattice.colors(), lattice.m
     cols, rows = np.nonzero(pattern.T)
     forward = n_col <= n_row
     where = by_col[cols] * m + rows if forward else by_row[rows] * n + cols
-    x_shape = f.args[a].shape
+    positions = _positions(where) is not None  # a banded pattern: recovered without a table
 
     def fn(*ts: Tensor) -> Tensor:
         out = _single(f, ts, "spjacobian")
         if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
+        if lattice is not None and not positions:
+            return lattice.recover(forward_directions(out, ts[a], lattice.seeds()), pattern)
         if forward: compressed = forward_directions(out, ts[a], _seeds(by_col, n_col, x_shape))
         else: compressed = reverse_directions(out, ts[a], _seeds(by_row, n_row, out.shape))
         return _recover(compressed, where)
     return SparseFunction(f"{f.name}_spjac", fn, f.args, f.arg_names, pattern, n_col if forward else n_row)
+
+
+def _lattice(pattern: np.ndarray, shape: tuple[int, ...], limit: int) -> Lattice | None:
+    """A lattice coloring of a stencil's columns with fewer than `limit` colors, else None."""
+    if (offsets := stencil_offsets(pattern, shape)) is None: return None
+    if (found := lattice_coloring(offsets, limit)) is None: return None
+    return Lattice(found[0], found[1], shape, offsets)
 
 
 def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:

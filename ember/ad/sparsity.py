@@ -13,9 +13,15 @@ Colorings (Gebremedhin, Manne and Pothen, "What color is your Jacobian?", SIAM R
   colors; each nonzero of the hessian can then be read directly from one of the compressed products.
 Both are greedy, in natural order and in largest-degree-first order, keeping the one with fewer colors: a
 banded matrix of band width w gets w colors, an arrowhead 2 wherever its hub variable is.
+- `lattice_coloring`: a stencil (`stencil_offsets`: a map of a grid to itself whose pattern is one set of offsets
+  moved over the grid) gets colors `(a . p) % m` of the grid position p. Greedy order gives the 2-D 5-point stencil
+  7 colors; a lattice gives it 5, the fewest possible (a row's 5 nonzeros need 5), and a color computed from p,
+  which lets the derivative's code fold the seeds away (ad/sparse.py).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -24,6 +30,7 @@ from ember.export.interpreter import apply_movement
 from ember.uop.ops import GroupOp, Ops, UOp
 
 BLOCK_ELEMENTS = 1 << 24  # booleans held per node while propagating
+STENCIL_OFFSETS = 125  # the most offsets a stencil may have (5 x 5 x 5): more, and its lattice search is too long
 
 
 def dependencies(root: UOp, leaf: UOp, inputs: set[UOp]) -> np.ndarray:
@@ -184,3 +191,32 @@ def star_recovery(pattern: np.ndarray, colors: np.ndarray) -> np.ndarray:
         elif np.count_nonzero(colors[pattern[j]] == colors[i]) == 1: where[k] = colors[i] * n + j
         else: raise AssertionError(f"star coloring cannot recover H[{i}, {j}]")
     return where
+
+
+def stencil_offsets(pattern: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The offsets (row - column as grid positions, one per row of the result, sorted as flat offsets) when
+    `pattern` is the jacobian pattern of a map from a grid of `shape` to itself in which entry (r, c) is nonzero
+    exactly where r - c is one of them and both lie in the grid (a stencil with zero boundary). Else None."""
+    n = int(np.prod(shape))
+    if pattern.shape != (n, n) or not pattern.any(): return None
+    rows, cols = np.nonzero(pattern)
+    offsets = np.unique(np.stack(np.unravel_index(rows, shape), 1) - np.stack(np.unravel_index(cols, shape), 1), axis=0)
+    if len(offsets) > STENCIL_OFFSETS: return None
+    # every nonzero is at one of the offsets: the pattern is all of them exactly when the counts agree
+    room = sum(int(np.prod([s - abs(o) for s, o in zip(shape, off, strict=True)])) for off in offsets)
+    if room != len(rows): return None
+    strides = np.array([int(np.prod(shape[d + 1:])) for d in range(len(shape))])
+    return offsets[np.argsort(offsets @ strides, kind="stable")]
+
+
+def lattice_coloring(offsets: np.ndarray, limit: int) -> tuple[np.ndarray, int] | None:
+    """(a, m) with m < limit as small as possible such that the colors `(a . p) % m` of the grid positions p are a
+    column coloring of the stencil: two columns p, q sharing a row (q - p a difference of two offsets) differ, that
+    is a . (q - p) is no multiple of m. Else None. m starts at the number of offsets, the fewest any coloring has."""
+    differences = np.unique((offsets[:, None] - offsets[None]).reshape(-1, offsets.shape[1]), axis=0)
+    differences = differences[np.any(differences != 0, axis=1)]
+    for m in range(len(offsets), limit):
+        candidates = np.array(list(itertools.product(range(m), repeat=offsets.shape[1])))
+        good = np.all((candidates @ differences.T) % m != 0, axis=1)
+        if good.any(): return candidates[int(np.argmax(good))], m
+    return None

@@ -291,20 +291,44 @@ def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
     gather's table read gated by the same condition lost its gate and read past its buffer. An offset computed by
     a reduction (a position that sort or topk found) is left alone: the swap would rebuild that REDUCE as a second
     one over the same RANGEs, which two ENDs would then close."""
-    if any(u.op is Ops.REDUCE for u in i.toposort()): return None
+    simpler = simplify_under(gate, i)
+    return None if simpler is i else UOp(Ops.INDEX, x.dtype, (g, simpler, gate))
+
+
+def simplify_under(gate: UOp, x: UOp) -> UOp:
+    """x simplified where `gate` holds (see simplify_gated_index), else x itself."""
+    if any(u.op is Ops.REDUCE for u in x.toposort()): return x
     bounds = {r: b for r, b in gate_bounds(gate).items() if b[0] <= b[1] and b != (r.vmin, r.vmax)}
-    if not bounds: return None
+    if not bounds: return x
     narrow = {r: UOp.variable(f"gate{k}", lo, hi, r.dtype) for k, (r, (lo, hi)) in enumerate(bounds.items())}
     opaque = {u: UOp.variable(f"load{k}", u.vmin, u.vmax, u.dtype) for k, u in
-              enumerate(u for u in i.toposort() if u.op is Ops.LOAD and u not in narrow)}
+              enumerate(u for u in x.toposort() if u.op is Ops.LOAD and u not in narrow)}
     swapped = narrow | opaque
-    simpler = substitute(graph_rewrite(substitute(i, swapped), symbolic), {v: r for r, v in swapped.items()})
-    return None if simpler is i else UOp(Ops.INDEX, x.dtype, (g, simpler, gate))
+    return substitute(graph_rewrite(substitute(x, swapped), symbolic), {v: r for r, v in swapped.items()})
+
+
+def divides(x: UOp) -> bool:
+    """x computes a `//` or `%` outside the loads it reads (cached per node: every select of a kernel asks)."""
+    return x._bottom_up("_divides", lambda u: u.op is not Ops.LOAD and (u.op in (Ops.MOD, Ops.IDIV) or
+                                                                       any(s._divides for s in u.src)))
+
+
+def simplify_gated_value(x: UOp, gate: UOp, a: UOp, b: UOp) -> UOp | None:
+    """`gate ? a : b` with the integer arithmetic of `a` simplified knowing the gate holds: a padded arange read one
+    step outside its axis keeps no `%` (a sparse jacobian's seeds, `((i - 1) % n * 2 + j) % 5`, compare colors
+    that then differ by a constant, decide_equal_remainders). Loads stay as they are (see simplify_gated_index);
+    nothing is done unless `a` divides a gated node."""
+    if not divides(a) or not any(r in a.ranges for r in gate_bounds(gate)): return None
+    simpler = simplify_under(gate, a)
+    return None if simpler is a else b if simpler is b else x.replace(src=(gate, simpler, b))
 
 
 pm_simplify_gated_index = PatternMatcher([
     (UPat(Ops.INDEX, src=(UPat(Ops.DEFINE_GLOBAL, name="g"), UPat.var("i"), UPat.var("gate")), name="x"),
      simplify_gated_index),
+])
+pm_simplify_gated_value = PatternMatcher([
+    (UPat(Ops.WHERE, src=(UPat.var("gate"), UPat.var("a"), UPat.var("b")), name="x"), simplify_gated_value),
 ])
 
 
@@ -329,6 +353,9 @@ def rangeify(ast: UOp) -> UOp:
     sink = graph_rewrite(ast, pm_rangeify_symbolic, ctx=RangeifyContext(index_dtype, unroll), bottom_up=True,
                          name="rangeify")
     sink = graph_rewrite(sink, pm_simplify_gated_index)
+    # a gated value that simplified may leave a select of equal branches or a sum with a zero tangent: fold those (a
+    # pass of its own: the gated rules and symbolic in one pass rewrote some offsets back and forth forever)
+    if (valued := graph_rewrite(sink, pm_simplify_gated_value)) is not sink: sink = graph_rewrite(valued, symbolic)
     sink = sink.replace(src=tuple(x for s in sink.src for x in (s.src if s.op is Ops.SINK else (s,))))  # unrolled
     # a buffer whose reads all simplified away is still a parameter of the kernel: its slot must not shift
     kept = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}

@@ -125,15 +125,24 @@ def split_sum(x: UOp) -> tuple[dict[UOp, int], int]:
 
 
 def merge_divmod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
-    """(x//c)*(k*c) + (x%c)*k -> x*k: the two halves of a split index join again."""
-    for t, coeff in list(terms.items()):
-        if t.op is not Ops.IDIV or t not in terms or t.src[1].op is not Ops.CONST: continue
-        x, c = t.src[0], t.src[1].arg
-        m = UOp(Ops.MOD, x.dtype, (x, t.src[1]))
-        if c != 0 and m in terms and coeff == c * terms[m]:
-            k = terms.pop(m)
-            del terms[t]
-            terms[x] = terms.get(x, 0) + k
+    """(x//c)*(k*c) + (x%c)*k -> x*k: the two halves of a split index join again. Also through a middle axis:
+    (x//(c*d))*(k*c*d) + ((x//c)%d)*(k*c) -> (x//c)*(k*c), since x//(c*d) is (x//c)//d, and that joins with
+    (x%c)*k in turn: a flat position read back through a contiguous (a, b, c) view is the position."""
+    merged = True
+    while merged:
+        merged = False
+        for t, coeff in list(terms.items()):
+            if t.op is not Ops.IDIV or t not in terms or t.src[1].op is not Ops.CONST or t.src[1].arg <= 0: continue
+            x, big = t.src[0], t.src[1].arg
+            for m in [m for m in terms if m.op is Ops.MOD and m.src[1].op is Ops.CONST and m.src[1].arg > 0]:
+                y, d = m.src[0], m.src[1].arg
+                if not (y is x and d == big or y.op is Ops.IDIV and y.src[0] is x and y.src[1].op is Ops.CONST
+                        and y.src[1].arg * d == big) or coeff != d * terms[m]: continue
+                k = terms.pop(m)
+                del terms[t]
+                terms[y] = terms.get(y, 0) + k
+                merged = True
+                break
     return terms
 
 
@@ -255,8 +264,22 @@ def decide_max(x: UOp, y: UOp) -> UOp | None:
     return None
 
 
+def decide_equal_remainders(root: UOp, x: UOp, m: UOp, y: UOp, n: UOp) -> UOp | None:
+    """x % m == y % m (or !=) for x, y >= 0 whose difference is a constant plus multiples of m: the remainders are
+    equal exactly when m divides that constant. A sparse jacobian's seeds compare the color `(a . p) % m` of two
+    grid positions p (ad/sparse.py); at a fixed offset between them it is one answer over the whole grid."""
+    if m.arg != n.arg or m.arg <= 0 or min(x.vmin, y.vmin) < 0 or not (_no_wrap(x) and _no_wrap(y)): return None
+    (xs, cx), (ys, cy) = split_sum(x), split_sum(y)
+    for t, k in ys.items(): xs[t] = xs.get(t, 0) - k
+    if any(k % m.arg for k in xs.values()): return None
+    return root.const_like(((cx - cy) % m.arg == 0) == (root.op is Ops.CMPEQ))
+
+
 pm_decide_comparisons = PatternMatcher([
     (UPat.var("x", INTS) < UPat.cvar("c"), simplify_lt_const),
+    (UPat((Ops.CMPEQ, Ops.CMPNE), name="root", src=(UPat(Ops.MOD, src=(UPat.var("x", INTS), UPat.cvar("m"))),
+                                                   UPat(Ops.MOD, src=(UPat.var("y", INTS), UPat.cvar("n"))))),
+     decide_equal_remainders),
     (UPat.var("x", INTS).maximum(UPat.var("y")), decide_max),
 ])
 

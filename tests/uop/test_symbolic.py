@@ -102,6 +102,10 @@ def _extend(child: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
         four.map(lambda t: (t[0] < t[1]).where(t[2], t[3])),
         four.map(lambda t: t[0].ne(t[1]).where(t[2], t[3])),
         st.tuples(child, st.integers(-8, 24), child, child).map(lambda t: (t[0] < t[1]).where(t[2], t[3])),
+        st.tuples(child, child, _positive, child, child).map(  # remainders compared (decide_equal_remainders)
+            lambda t: (t[0] % t[2]).eq(t[1] % t[2]).where(t[3], t[4])),
+        st.tuples(child, st.integers(-6, 12), _positive, child, child).map(
+            lambda t: (t[0] % t[2]).ne((t[0] + t[1]) % t[2]).where(t[3], t[4])),
     )
 
 
@@ -180,6 +184,9 @@ EXACT_FORMS: list[tuple[str, Callable[[], UOp], str]] = [
     ("scaled div/mod pair joins", lambda: (a // 3) * 6 + (a % 3) * 2, "a*2"),
     ("div/mod pair with unmatched scales stays", lambda: (a // 4) * 3 + a % 4, "((a//4)*3)+(a%4)"),
     ("div/mod pair with unmatched scales stays (2)", lambda: (a // 4) * 4 + (a % 4) * 2, "((a//4)*4)+((a%4)*2)"),
+    ("div/mod pair joins through a middle axis", lambda: (a // 6) * 6 + (a // 2 % 3) * 2 + a % 2, "a"),
+    ("div/mod through a middle axis with unmatched scales stays", lambda: (a // 6) * 6 + (a // 2 % 3) + a % 2,
+     "(((a//6)*6)+(a%2))+((a//2)%3)"),
     ("nested div", lambda: (a // 2) // 3, "a//6"),
     ("nested mod", lambda: (a % 8) % 4, "a%4"),
     ("mod of a value below the divisor", lambda: a % 11, "a"),
@@ -216,6 +223,12 @@ EXACT_FORMS: list[tuple[str, Callable[[], UOp], str]] = [
     ("constants cross <", lambda: a * 4 + 8 < 20, "a<3"),
     ("factor divides out of < (rounding up)", lambda: a * 2 < 7, "a<4"),
     ("factor divides out of < for negatives", lambda: n * 2 < -3, "n<-1"),
+    ("remainders a multiple of m apart are equal", lambda: ((a + b * 5 + 7) % 5).eq((a + 2) % 5), "True"),
+    ("remainders a non-multiple apart differ", lambda: ((a + b * 10 + 3) % 5).eq((a + 1) % 5), "False"),
+    ("remainders a non-multiple apart: !=", lambda: ((a + 3) % 5).ne((a + 1) % 5), "True"),
+    ("remainders of different sums stay compared", lambda: ((a + b * 2) % 5).eq(a % 5), "((a+(b*2))%5)==(a%5)"),
+    ("remainders of maybe-negative values stay compared", lambda: ((n + 3) % 5).eq((n + 13) % 5),
+     "((n+3)%5)==((n+13)%5)"),
     ("< undecided by range stays", lambda: a < 5, "a<5"),
     ("< true by range", lambda: a < 11, "True"),
     ("< false by range", lambda: a < 0, "False"),
