@@ -141,7 +141,7 @@ def ember_cartpole(with_jacobians: bool) -> tuple[list[Any], str]:
     import cartpole
     fns = cartpole.build_functions(STEPS, with_jacobians)
     if not with_jacobians: return fns, "rollout"
-    return [cartpole.with_jacobians(fns)], "one function: rollout, jacobian(argnum=0), jacobian(argnum=1)"
+    return [cartpole.with_jacobians(fns)], "one function: rollout, jacobian(argnum=(0, 1))"
 
 
 def casadi_cartpole(ca: Any, with_jacobians: bool) -> Any:

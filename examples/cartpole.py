@@ -99,11 +99,12 @@ def build_functions(steps: int, with_jacobians: bool = True) -> list[NumericalFu
 
 
 def with_jacobians(fns: list[NumericalFunction]) -> NumericalFunction:
-    """One function returning (final state, jacobian by state, jacobian by controls): the three traced together,
-    so the rollout they share is computed once (one straight-line kernel in the generated code)."""
-    rollout, jac_state, jac_control = fns
-    return NumericalFunction("rollout_with_jacobians", lambda state, controls: (
-        rollout(state, controls), jac_state(state, controls), jac_control(state, controls)), rollout.args)
+    """One function returning (final state, jacobian by state, jacobian by controls), traced together: both
+    jacobians from one ember.ad.jacobian over both arguments, so the directions of the two share one pass."""
+    rollout = fns[0]
+    both = ember.ad.jacobian(rollout, argnum=(0, 1))
+    return NumericalFunction("rollout_with_jacobians", lambda state, controls: (rollout(state, controls),
+                                                                               *both(state, controls)), rollout.args)
 
 
 def finite_differences(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], args: list[np.ndarray], argnum: int,
