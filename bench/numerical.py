@@ -262,7 +262,7 @@ def ember_quadrotor(with_jacobians: bool) -> tuple[list[Any], str]:
     import quadrotor
     fns = quadrotor.build_functions(QUADROTOR_STEPS, with_jacobians)
     if not with_jacobians: return fns, "rollout"
-    return [quadrotor.with_jacobians(fns)], "one function: rollout, jacobian(argnum=0), jacobian(argnum=1)"
+    return [quadrotor.with_jacobians(fns)], "one function: rollout, jacobian(argnum=(0, 1))"
 
 
 def casadi_quadrotor(ca: Any, with_jacobians: bool) -> Any:
