@@ -173,7 +173,10 @@ def cpu_cores() -> int:
 
 # A persistent pool: worker k runs slice k of a threaded kernel, the caller slice 0. Workers spin a while after a
 # kernel (the next one usually follows within microseconds), then sleep on a condition variable. One kernel at a
-# time: a second caller (another Python thread) waits for the first; a forked child starts its own workers.
+# time: a second caller (another Python thread) waits for the first; a forked child starts its own workers, with its
+# locks and condition variable made anew at the fork (pthread_atfork): the parent's were copied in whatever state its
+# threads held them, and glibc's broadcast waits for the sleepers it counted, which the child does not have (a child
+# forked while the parent's workers slept hung in its first threaded kernel, now and then, under load).
 POOL_SOURCE = """#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -213,10 +216,20 @@ static void *worker(void *arg) {
   }
   return 0;
 }
+static void in_forked_child(void) {
+  pthread_mutex_init(&run_lock, 0);
+  pthread_mutex_init(&wake_lock, 0);
+  pthread_cond_init(&wake, 0);
+  started = 0;  /* it has no workers */
+  owner_pid = getpid();
+}
+__attribute__((constructor)) static void on_load(void) {
+  owner_pid = getpid();
+  pthread_atfork(0, 0, in_forked_child);
+}
 int ember_pool_run(task_fn fn, void **args, int32_t threads) {
   pthread_mutex_lock(&run_lock);
-  if (owner_pid != getpid()) { started = 0; owner_pid = getpid(); }  /* a forked child has no workers */
-  if (threads > 1024) return -1;
+  if (threads > 1024) { pthread_mutex_unlock(&run_lock); return -1; }
   for (; started < threads - 1; started++) {
     pthread_t t;
     first_seen[started + 1] = atomic_load(&generation);
