@@ -23,6 +23,8 @@ from ember.tensor import Tensor
 
 
 def _argnum(f: NumericalFunction, argnum: int, op: str) -> int:
+    if not isinstance(argnum, int) or isinstance(argnum, bool):
+        raise TypeError(f"{op}: argnum must be an int (or, for jacobian, a sequence of ints), got {argnum!r}")
     if not -len(f.args) <= argnum < len(f.args):
         raise IndexError(f"{op}: argnum {argnum} is out of range for {f.name}, which takes {len(f.args)} arguments")
     if not f.args[argnum].dtype.is_float:
@@ -76,11 +78,13 @@ def jacobian(f: NumericalFunction, argnum: int | Sequence[int] = 0) -> Numerical
     jacobians from one pass whose directions span them all: forward over all their elements together, or reverse
     over the output's when that is fewer. A rollout's jacobians by its state (12 x 12) and by its controls (12 x 80)
     then share one reverse sweep, where two calls would run forward mode over the state beside it."""
-    if isinstance(argnum, int):
+    if isinstance(argnum, int) and not isinstance(argnum, bool):
         a = _argnum(f, argnum, "jacobian")
         if len(f.output_shapes) != 1: raise ShapeError(f"jacobian: {f.name} must have one output")
         return NumericalFunction(f"{f.name}_jac", lambda *xs: _jacobians(_single(f, xs, "jacobian"), [xs[a]])[0],
                                  f.args, f.arg_names, lazy=True)
+    if not isinstance(argnum, Sequence) or isinstance(argnum, str):
+        raise TypeError(f"jacobian: argnum must be an int or a sequence of ints, got {argnum!r}")
     nums = [_argnum(f, n, "jacobian") for n in argnum]
     if not nums or len(set(nums)) != len(nums):
         raise ValueError(f"jacobian: argnum {tuple(argnum)} must name distinct arguments, at least one")

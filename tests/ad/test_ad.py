@@ -435,6 +435,20 @@ def test_argnum_out_of_range_raises_index_error_naming_it(kind, argnum):
 
 
 @pytest.mark.parametrize("kind", ["gradient", "hessian", "jacobian", "vjp", "jvp"])
+@pytest.mark.parametrize("argnum", ["x", 1.0, True])
+def test_argnum_that_is_not_an_int_raises_type_error_naming_it(kind, argnum):
+    with pytest.raises(TypeError, match=r"(gradient|jvp|vjp|jacobian): argnum must be an int"):
+        getattr(ad, kind)(base("two_inputs"), argnum)
+
+
+@pytest.mark.parametrize("argnum, error", [((0, 0), ValueError), ((), ValueError), ((0, 5), IndexError),
+                                           (("a",), TypeError)])
+def test_jacobian_by_several_arguments_rejects_bad_argnums(argnum, error):
+    with pytest.raises(error, match="jacobian: argnum"):
+        ad.jacobian(base("two_inputs"), argnum)
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hessian", "jacobian", "vjp", "jvp"])
 def test_integer_argument_raises_type_error(kind):
     f = NumericalFunction("scaled_by_count", lambda x, n: (x * n).sum(), [Arg(3), Arg(3, "int64")])
     with pytest.raises(TypeError, match="argument 1 of scaled_by_count is int64; derivatives need floats"):
