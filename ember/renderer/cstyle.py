@@ -8,6 +8,9 @@ constant is exact; NaN-propagating max and libm calls keep results equal to nump
 from __future__ import annotations
 
 import math
+import re
+
+import numpy as np
 
 from ember.dtype import AddrSpace, DType, PtrDType, dtypes, float_to_int_via
 from ember.renderer import Renderer
@@ -68,10 +71,40 @@ def c_const(value: float | int | bool, dtype: DType) -> str:
         if dtype.is_unsigned: return f"{value}u" + ("ll" if dtype.itemsize == 8 else "")
         if value == dtype.min: return f"({value + 1}{'ll' if dtype.itemsize == 8 else ''}-1)"  # -2**31 is not a literal
         return f"{value}ll" if dtype.itemsize == 8 else str(value)
+    if dtype.scalar in (dtypes.float64, dtypes.float32) and math.isfinite(value): return _float_literal(value, dtype)
     if math.isnan(value): text = "__builtin_nan(\"\")"
     elif math.isinf(value): text = ("-" if value < 0 else "") + "__builtin_inf()"
-    else: text = float(value).hex()
+    else: text = _hex(value)
     return f"(({c_type(dtype)}){text})"
+
+
+def _hex(value: float) -> str:
+    """The shortest hexadecimal form of a double: exact in any dtype (0x1p+0, 0x1.8p-3)."""
+    return re.sub(r"\.?0*p", "p", float(value).hex())
+
+
+def _float_literal(value: float, dtype: DType) -> str:
+    """A float64 or float32 literal of its own type (no cast): hexadecimal, or the shortest decimal that reads back
+    as the same value where that is shorter (0.05, 1e-05f), which is exact too: C compilers round decimal literals of
+    at most DECIMAL_DIG digits correctly (C99 Annex F, IEEE 754). Parenthesized when negative."""
+    if dtype.scalar is dtypes.float64: forms = [_hex(value), repr(float(value))]
+    else:
+        with np.errstate(over="ignore"): single = np.float32(value)
+        if not np.isfinite(single): return c_const(float(single), dtype)
+        forms = [_hex(float(single)) + "f", np.format_float_positional(single, unique=True, trim="0") + "f",
+                 np.format_float_scientific(single, unique=True, trim="-") + "f"]
+    text = min(forms, key=len)
+    return f"({text})" if text.startswith("-") else text
+
+
+def unwrap(code: str) -> str:
+    """`code` without the parentheses that enclose all of it, which an assignment does not need."""
+    if not code.startswith("(") or not code.endswith(")"): return code
+    depth = 0
+    for i, ch in enumerate(code):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and i < len(code) - 1: return code  # (a)+(b): the first pair closes before the end
+    return code[1:-1]
 
 
 def _libm(name: str, dtype: DType, *args: str) -> str:
@@ -233,10 +266,12 @@ class CRenderer(Renderer):
         body: list[str] = []
         depth = 1
         counts: dict[str, int] = {}
+        taken = {u.arg.name for u in uops if u.op is Ops.DEFINE_VAR}  # a Variable may be called t0
 
         def fresh(prefix: str) -> str:
-            counts[prefix] = counts.get(prefix, -1) + 1
-            return f"{prefix}{counts[prefix]}"
+            while True:
+                counts[prefix] = counts.get(prefix, -1) + 1
+                if (name := f"{prefix}{counts[prefix]}") not in taken: return name
 
         for u in uops:
             pad = "  " * depth
@@ -276,8 +311,8 @@ class CRenderer(Renderer):
                     names[u] = code
                 else:
                     if u.dtype.scalar is dtypes.bfloat16 and u.op is not Ops.LOAD: code = f"bf16_round({code})"
-                    names[u] = fresh("val" if u.op is Ops.LOAD else "alu")
+                    names[u] = fresh("val" if u.op is Ops.LOAD else "t")  # a loaded value, a temporary
                     ctype = mask_type(u) if u.dtype.is_bool and u.dtype.count > 1 else c_type(u.dtype)
-                    body.append(f"{pad}const {ctype} {names[u]} = {code};")
+                    body.append(f"{pad}const {ctype} {names[u]} = {unwrap(code)};")
         signature = f"{self.linkage}{self.kernel_attribute}void {name}({', '.join(p for _, p in sorted(params))})"
         return signature + " {\n" + "\n".join(body) + "\n}\n"

@@ -331,5 +331,5 @@ def test_vector_bitcast_reinterprets_lanes(renderer: CRenderer) -> None:
     lanes = renderer.vector_bytes // 4
     got, src = compiled(lambda t: (t.bitcast("int32") + 1).bitcast("float32"), x, renderer,
                         [Opt(OptOps.UPCAST, 0, lanes)])
-    assert f"((i32x{lanes})" in src and f"((f32x{lanes})" in src
+    assert f"(i32x{lanes})val" in src and f"(f32x{lanes})t" in src  # vector casts of the lanes' bits
     np.testing.assert_array_equal(got.view(np.int32), x.view(np.int32) + 1)

@@ -66,12 +66,19 @@ NP = {dtypes.float16: np.float16, dtypes.float32: np.float32, dtypes.float64: np
 
 
 @pytest.mark.parametrize("dtype, value", FLOAT_CONSTANTS, ids=[f"{d.name}-{v!r}" for d, v in FLOAT_CONSTANTS])
-def test_float_constant_literal_is_exact_hex(dtype: DType, value: float):
+def test_float_constant_literal_is_exact(dtype: DType, value: float):
+    """float64 and float32 constants are bare literals of their type (hexadecimal or the shortest round-trip decimal,
+    f-suffixed for float32, parenthesized when negative); other dtypes cast an exact hexadecimal literal."""
     text = c_const(UOp.const(dtype, value).arg, dtype)
-    literal = re.fullmatch(r"\(\(\w+\)(-?0x[0-9a-f.]+p[-+]\d+)\)", text)
+    number = r"(-?(?:0x[0-9a-f.]+p[-+]\d+|\d+\.\d*(?:e[-+]\d+)?|\d+e[-+]\d+))"
+    bare = {dtypes.float64: rf"\(?{number}\)?", dtypes.float32: rf"\(?{number}f\)?"}
+    literal = re.fullmatch(bare.get(dtype, r"\(\(\w+\)(-?0x[0-9a-f.]+p[-+]\d+)\)"), text)
     assert literal, text
-    assert float.fromhex(literal.group(1)) == float(NP[dtype](value))
-    assert math.copysign(1, float.fromhex(literal.group(1))) == math.copysign(1, value)
+    assert text.startswith("(") == (dtype not in bare or math.copysign(1, value) < 0)
+    got = float.fromhex(literal.group(1)) if "0x" in literal.group(1) else float(literal.group(1))
+    if dtype is dtypes.float32: got = float(np.float32(got))  # the compiler rounds a float32 literal to float
+    assert got == float(NP[dtype](value))
+    assert math.copysign(1, got) == math.copysign(1, value)
 
 
 @pytest.mark.parametrize("dtype, value", FLOAT_CONSTANTS, ids=[f"{d.name}-{v!r}" for d, v in FLOAT_CONSTANTS])
