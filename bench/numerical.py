@@ -675,6 +675,8 @@ def measure_case(case: Case, ca: Any, jax: Any, jnp: Any, dense_limit: float) ->
                  if kind in got.get(fw, {})]
         seconds = time_native(folder, [got[fw][kind] for fw, kind in timed])
         for (fw, kind), s in zip(timed, seconds, strict=True): got[fw]["cpp" + kind.removeprefix("native")] = s
+        for fw in ("ember", "casadi"):  # the generated source's bytes (ember's C++ as exported, CasADi's C)
+            if "native" in got.get(fw, {}): got[fw]["code"] = float(os.path.getsize(got[fw]["native"].sources[0]))
     if jax is not None: got["jax"] = measure_jax(case, jax, jnp)
     what = "; ".join(got["ember"][k] for k in ("what", "error") if k in got["ember"])
     print(f"{case.key}: {case.title}: done in {time.perf_counter() - start:.0f} s; ember: {what}", flush=True)
@@ -695,6 +697,9 @@ def report(selected: list[Case], results: dict[str, dict[str, dict[str, Any]]]) 
     print_table("First call, s (ember: fresh process, empty cache; its result, and its native code loaded)",
                 [row(c, [("ember", "first"), ("ember", "native_ready"), ("casadi", "first"), ("jax", "first")])
                  for c in selected], 1, 2, ["ember", "ember-native", "CasADi", "JAX"], [(0, 2), (0, 3), (1, 2)])
+    print_table("Generated code, KB (ember's C++ module; CasADi's CodeGenerator output)",
+                [row(c, [("ember", "code"), ("casadi", "code")]) for c in selected], 1e-3, 1, ["ember", "CasADi"],
+                [(0, 1)])
     print("\nCasADi: its Function called from Python (SX virtual machine); CasADi-ext: the same compiled and loaded "
           "with casadi.external.")
     derivatives = ("c", "d", "e", "g")  # the cases whose line says how ember computed them
