@@ -141,7 +141,7 @@ TANGENT = "tangent"  # the arg of the MUL, ADD and NEG that forward mode builds 
 # them a zero is a structural zero, which the symbolic rules fold whatever it meets (pm_structural_zeros)
 
 
-def _arg_key(arg: Any) -> Any:
+def arg_key(arg: Any) -> Any:
     # floats key by their bits, so 0.0 and -0.0 stay apart and NaN constants are shared
     return ("float", arg.hex()) if type(arg) is float else arg
 
@@ -152,7 +152,7 @@ class UOpMetaClass(type):
     cache: dict[tuple, weakref.ReferenceType[UOp]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, _arg_key(arg))
+        key = (op, dtype, src, arg_key(arg))
         if (ref := UOpMetaClass.cache.get(key)) is not None and (node := ref()) is not None: return node
         node = super().__call__(op, dtype, src, arg)
         node._key = key
