@@ -224,6 +224,11 @@ pm_render_c = PatternMatcher([
 _INLINE = {Ops.CONST, Ops.INDEX, Ops.AFTER}
 
 
+def variable_parameter(u: UOp) -> str:
+    """The parameter declaring DEFINE_VAR u; variables follow the buffers in the order of these texts."""
+    return f"const {c_type(u.dtype)} {u.arg.name}"
+
+
 class CRenderer(Renderer):
     """C99 for the host compiler. One function per kernel; buffers are `restrict` pointers, const where only read.
 
@@ -239,24 +244,30 @@ class CRenderer(Renderer):
 
     vector_bytes = 0  # set by the CPU device from the CPU it runs on
 
-    def __init__(self, vector_bytes: int = 0, cores: int = 1) -> None:
+    def __init__(self, vector_bytes: int = 0, cores: int = 1, task_entries: bool = False) -> None:
         self.vector_bytes, self.cores = vector_bytes, cores
+        # every kernel gets a `{name}_task` entry (the CPU device: its graph runner calls any kernel through it);
+        # otherwise only threaded kernels, which the pool needs (exported C++ stays as small as it was)
+        self.task_entries = task_entries
 
     def renders_vector(self, u: UOp) -> bool:
         return self.vector_bytes > 0 and renders_vector(u)
 
     def render(self, name: str, uops: list[UOp]) -> str:
         src = self.prelude + vector_prelude(uops) + self.render_function(name, uops)
-        return src + (self.render_task(name, uops) if any(u.op is Ops.SPECIAL for u in uops) else "")
+        threaded = any(u.op is Ops.SPECIAL for u in uops)
+        return src + (self.render_task(name, uops) if threaded or self.task_entries else "")
 
     def render_task(self, name: str, uops: list[UOp]) -> str:
         """`{name}_task(args, core)`: the kernel called with its arguments from an array, the form the CPU's thread
-        pool runs (runtime/ops_cpu.py): buffers by slot, then variables as integers."""
+        pool and graph runner call (runtime/ops_cpu.py, runtime/graph.py): buffers by slot, then variables as
+        integers in the order of the kernel's parameters. A kernel that is not threaded ignores `core`."""
         globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=variable_parameter)
         args = [f"({c_type(g.dtype)})args[{i}]" for i, g in enumerate(globals_)]
         args += [f"({c_type(v.dtype)})(intptr_t)args[{len(globals_) + i}]" for i, v in enumerate(variables)]
-        return f"void {name}_task(void **args, int32_t core) {{ {name}({', '.join([*args, 'core'])}); }}\n"
+        if any(u.op is Ops.SPECIAL for u in uops): args.append("core")
+        return f"void {name}_task(void **args, int32_t core) {{ (void)core; {name}({', '.join(args)}); }}\n"
 
     def render_function(self, name: str, uops: list[UOp]) -> str:
         """The kernel as one C function, without the prelude."""
@@ -281,7 +292,7 @@ class CRenderer(Renderer):
                 params.append((u.arg, f"{const}{c_type(u.dtype)} {self.restrict} data{u.arg}"))
             elif u.op is Ops.DEFINE_VAR:
                 names[u] = u.arg.name
-                params.append((1 << 30, f"const {c_type(u.dtype)} {u.arg.name}"))
+                params.append((1 << 30, variable_parameter(u)))
             elif u.op is Ops.SPECIAL:  # the slice of a threaded kernel this call runs
                 names[u] = "core"
                 params.append((1 << 31, "const int32_t core"))

@@ -262,7 +262,8 @@ def thread_pool(compiler: CCompiler) -> Any:
 
 class CPUProgram:
     """A compiled kernel: loads the shared object and calls the function with buffer pointers. A threaded kernel
-    (threads > 1) runs on the thread pool, once per core, each call given its slice; ctypes releases the GIL."""
+    (threads > 1) runs on the thread pool, once per core, each call given its slice; ctypes releases the GIL.
+    `task` is the address of the kernel's `{name}_task(args, core)` entry, which runtime/graph.py calls."""
 
     def __init__(self, name: str, lib: bytes, threads: int = 1, compiler: CCompiler | None = None,
                  cached: bool = True) -> None:
@@ -276,9 +277,14 @@ class CPUProgram:
             self.lib = ctypes.CDLL(self.path)
         self.fn = getattr(self.lib, name)
         self.fn.restype = None
-        if threads > 1:
-            self.pool = thread_pool(compiler or CCompiler())
+        # `{name}_task(args, core)`, the entry the pool and the graph runner (runtime/graph.py) call; None in a
+        # library rendered without it (a renderer without task_entries, for a kernel that is not threaded)
+        self.task: ctypes.c_void_p | None = None
+        if hasattr(self.lib, f"{name}_task"):
             self.task = ctypes.cast(getattr(self.lib, f"{name}_task"), ctypes.c_void_p)
+        if threads > 1:
+            if self.task is None: raise ValueError(f"{name}: a threaded kernel needs its {name}_task entry")
+            self.pool = thread_pool(compiler or CCompiler())
 
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
         start = time.perf_counter() if wait else 0.0
@@ -308,6 +314,6 @@ def loadable_file(name: str, lib: bytes, cached: bool = True) -> str:
 
 def open_device() -> Compiled:
     compiler = CCompiler()
-    renderer = CRenderer(vector_bytes(native_target(compiler.cc)), cpu_cores())
+    renderer = CRenderer(vector_bytes(native_target(compiler.cc)), cpu_cores(), task_entries=True)
     return Compiled("CPU", Allocator(), renderer, compiler,
                     functools.partial(CPUProgram, compiler=compiler))
