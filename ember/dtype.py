@@ -39,6 +39,9 @@ class DType:
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.name}.vec({self.count})"
 
+    def __hash__(self) -> int:  # every UOp's key holds a dtype: hashing all five fields cost eager dispatch 10%
+        return hash(self.name) ^ self.count
+
     @property
     def scalar(self) -> DType:
         return DTYPES_BY_NAME[self.name]
@@ -96,6 +99,8 @@ class PtrDType(DType):
     base: DType = None  # type: ignore[assignment]  # always given by DType.ptr
     size: int = -1
     addrspace: AddrSpace = AddrSpace.GLOBAL
+
+    def __hash__(self) -> int: return hash(self.name) ^ self.count ^ self.size
 
     def __repr__(self) -> str:
         space = "" if self.addrspace is AddrSpace.GLOBAL else f", {self.addrspace}"

@@ -34,11 +34,20 @@ class ContextVar:
     """A named flag with a value from the environment that `Context` can override for a while."""
 
     registry: dict[str, ContextVar] = {}
+    generation = 0  # counts changes of any flag's value: a cache of what depends on flags keys by it
 
     def __init__(self, key: str, default: int) -> None:
         assert key not in ContextVar.registry, f"flag {key} defined twice"
         self.key, self.value = key, getenv(key, default)
         ContextVar.registry[key] = self
+
+    @property
+    def value(self) -> int: return self._value
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self._value = v
+        ContextVar.generation += 1
 
     def __bool__(self) -> bool: return bool(self.value)
     def __ge__(self, other: int) -> bool: return self.value >= other

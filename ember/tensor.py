@@ -448,9 +448,10 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         can pass through keeps its graph for backward(), as reading a torch tensor changes nothing; later schedules
         read its buffer all the same (kernelize.computed)."""
         from ember.engine.realize import run_schedule
-        from ember.schedule.kernelize import computed, create_schedule
+        from ember.schedule.cache import schedule
+        from ember.schedule.kernelize import computed
         tensors = (self, *others)
-        items, views = create_schedule([t.uop for t in tensors], self.device)
+        items, views = schedule([t.uop for t in tensors], self.device)
         run_schedule(items)
         computed.update({node: view for node, view in views.items() if node is not view})
         for t, view in [(t, views[t.uop]) for t in tensors]:

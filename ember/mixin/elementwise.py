@@ -85,8 +85,12 @@ class ElementwiseMixin:
             other = others[0]
             if isinstance(other, Tensor) and other.dtype is self.dtype and other.shape == self.shape:
                 return [self, other]
-            if type(other) in (float, int) and self.dtype.is_float:  # a float tensor keeps its dtype for a number
-                return [self, self._const(other, self.dtype, op)._broadcast_to(self.shape)]
+            if (type(other) is float or (type(other) is int and -2**63 <= other < 2**64)) and self.dtype.is_float:
+                # a float tensor keeps its dtype for a number
+                c = UOp.const(self.dtype, other)  # broadcast as _broadcast_to would, without its checks (eager speed)
+                if self.shape: c = UOp(Ops.EXPAND, c.dtype, (UOp(Ops.RESHAPE, c.dtype, (c,), (1,) * self.ndim),),
+                                       self.shape)
+                return [self, self._wrap(c)]
         if dtype is None:
             dtype = promote_values([self, *(o for o in others if isinstance(o, Tensor))],
                                    [o for o in others if not isinstance(o, Tensor)])

@@ -1,0 +1,139 @@
+"""Eager dispatch: one graph's schedule reused for every later graph of the same structure.
+
+What kernelize makes of a graph follows from its operations, dtypes, shapes, constants and flags, never from which
+buffers it reads: `(a + 1).realize()` in a training loop, on new buffers at each step, schedules alike every time.
+Scheduling even the smallest graph costs about 100 µs of Python (kernelize, its rewrites), a hundred times what
+running the kernel does. So `schedule` keys a graph by its structure with its buffers numbered in order of first use
+(`structure`: one walk, about a microsecond per node) and keeps, per key, a `Template`: the kernels' ASTs with
+their buffer lists as numbers (an input of the graph, or a new buffer the schedule creates) and which nodes the new
+buffers hold. A later graph with that key gets the template's kernels bound to its own buffers and fresh new ones.
+
+Before: the tensor-level graphs to realize (as for kernelize.create_schedule).
+After:  the same ExecItems and buffer views create_schedule would return (new buffers, same ASTs in the same order).
+
+Not kept: graphs with a FOLD (their loop body is scheduled with buffers of its own) — they are rare per step and
+their scheduling costs little next to their loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.device import Buffer, buffer_of, buffer_uop
+from ember.dtype import DType
+from ember.helpers import ContextVar
+from ember.schedule.kernelize import ExecItem, LoopItem, computed, create_schedule
+from ember.uop.ops import Ops, UOp, arg_key
+
+CACHE_SIZE = 4096  # templates kept; the least recently used goes first
+
+
+@dataclass(frozen=True)
+class Template:
+    """A schedule with its buffers as numbers: below `inputs`, the graph's k-th buffer; from it on, new buffer
+    k - inputs, of `new[k - inputs]`'s (device, size, dtype)."""
+
+    inputs: int
+    new: tuple[tuple[str, int, DType], ...]
+    items: tuple[tuple[UOp, tuple[int, ...], int], ...]  # (ast, buffer numbers, outputs written)
+    views: tuple[tuple[int, int, DType, tuple], ...]  # (node's place in the walk, new buffer, dtype, shape)
+
+
+@dataclass
+class Graph:
+    """A graph as `structure` walked it: its key, its nodes in post-order and its buffers in order of first use."""
+
+    key: tuple
+    nodes: list[UOp]
+    buffers: list[Buffer]
+
+
+templates: dict[tuple, Template | None] = {}  # None: the graph is not one to keep (see make_template)
+
+
+def structure(outputs: list[UOp], device: str) -> Graph | None:
+    """The key of the graph of `outputs` on `device`: each node's op, dtype, arg and sources by their place in the
+    walk, a buffer by its number, size and dtype, a node an earlier run stored (kernelize.computed) by the view it
+    is read through, and the flags' generation. None for a graph with a FOLD."""
+    place: dict[UOp, int] = {}
+    nodes: list[UOp] = []
+    signature: list[tuple] = []
+    buffers: list[Buffer] = []
+    numbers: dict[int, int] = {}  # id(Buffer) -> its number
+    stored_view = computed.get
+    stack: list[tuple[UOp, UOp | None]] = [(u, None) for u in reversed(outputs)]
+    while stack:  # post-order without recursion: a node is pushed back (with its view, if stored) under its sources
+        u, view = stack.pop()
+        if u in place: continue
+        if view is None:
+            if (view := stored_view(u)) is None: view = u
+            stack.append((u, view))
+            below = (view,) if view is not u else u.src
+            stack.extend((s, None) for s in reversed(below) if s not in place)
+            continue
+        if view is not u: entry: tuple = ("stored", place[view])
+        elif u.op is Ops.BUFFER:
+            buf = buffer_of(u)
+            if (k := numbers.get(id(buf))) is None:
+                k = numbers[id(buf)] = len(buffers)
+                buffers.append(buf)
+            entry = ("buffer", k, u.dtype, buf.device, buf.size)
+        elif u.op is Ops.FOLD: return None
+        else: entry = (u.op, u.dtype, arg_key(u.arg), *[place[s] for s in u.src])
+        place[u] = len(nodes)
+        nodes.append(u)
+        signature.append(entry)
+    key = (device, ContextVar.generation, tuple(place[o] for o in outputs), tuple(signature))
+    return Graph(key, nodes, buffers)
+
+
+def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UOp, UOp]) -> Template | None:
+    """The template of a schedule create_schedule made for `graph`; None where it has a loop."""
+    if any(isinstance(item, LoopItem) for item in items): return None
+    number = {id(b): k for k, b in enumerate(graph.buffers)}
+    new: list[Buffer] = []
+
+    def ref(b: Buffer) -> int:
+        if id(b) not in number:
+            number[id(b)] = len(graph.buffers) + len(new)
+            new.append(b)
+        return number[id(b)]
+
+    refs = tuple((item.ast, tuple(ref(b) for b in item.bufs), item.outs) for item in items
+                 if isinstance(item, ExecItem))
+    place = {u: i for i, u in enumerate(graph.nodes)}
+    stored = []
+    for node, view in views.items():
+        if node not in place or view.op is not Ops.RESHAPE or view.src[0].op is not Ops.BUFFER: continue
+        k = ref(buffer_of(view.src[0]))
+        if k >= len(graph.buffers): stored.append((place[node], k - len(graph.buffers), view.dtype, view.arg))
+    return Template(len(graph.buffers), tuple((b.device, b.size, b.dtype) for b in new), refs, tuple(stored))
+
+
+def instantiate(t: Template, graph: Graph, outputs: list[UOp]) -> tuple[list[ExecItem | LoopItem], dict[UOp, UOp]]:
+    """The schedule of `graph` from its template: fresh new buffers, the template's kernels bound to them and to
+    the graph's own buffers; the views of the nodes they store, and of each output (one already stored is read
+    through its view)."""
+    fresh = [Buffer(*spec) for spec in t.new]
+    every = graph.buffers + fresh
+    items: list[ExecItem | LoopItem] = [ExecItem(ast, [every[k] for k in refs], outs) for ast, refs, outs in t.items]
+    uops = [buffer_uop(b) for b in fresh]
+    views = {graph.nodes[p]: UOp(Ops.RESHAPE, dtype, (uops[j],), shape) for p, j, dtype, shape in t.views}
+    for o in outputs:
+        if o not in views: views[o] = computed.get(o, o)
+    return items, views
+
+
+def schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | LoopItem], dict[UOp, UOp]]:
+    """create_schedule(outputs, device), from the template of an earlier graph of the same structure if there is
+    one."""
+    graph = structure(outputs, device)
+    if graph is None: return create_schedule(outputs, device)
+    if (t := templates.pop(graph.key, False)) is not False:
+        templates[graph.key] = t  # now the most recently used
+        if t is not None: return instantiate(t, graph, outputs)
+        return create_schedule(outputs, device)
+    items, views = create_schedule(outputs, device)
+    if len(templates) >= CACHE_SIZE: del templates[next(iter(templates))]
+    templates[graph.key] = make_template(graph, items, views)
+    return items, views
