@@ -38,7 +38,7 @@ import numpy as np
 
 from ember.dtype import DType, to_numpy
 from ember.errors import DeviceError
-from ember.helpers import CACHE_MAX_MB, CACHELEVEL, cache_dir
+from ember.helpers import CACHE_MAX_MB, CACHELEVEL, RECORDERS, cache_dir
 from ember.uop.ops import BufferArg, Ops, UOp
 
 # ---- buffers -----------------------------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ class Allocator:
 
     def free(self, raw: Any, nbytes: int) -> None:
         """Take back a buffer nothing refers to any more (Buffer.__del__)."""
-        if nbytes < REUSE_MIN_BYTES: return
+        if nbytes < REUSE_MIN_BYTES or getattr(raw, "base", None) is not None: return  # (an arena view: memory.py)
         with self.lock:
             if self.kept_bytes + nbytes > REUSE_MAX_BYTES: return
             self.kept.setdefault(nbytes, []).append(raw)
@@ -108,10 +108,20 @@ class Buffer:
     @property
     def raw(self) -> Any: return self.ensure_allocated()._raw
 
+    @property
+    def address(self) -> int:
+        """Where host memory starts, kept: numpy's ctypes view of an array costs a microsecond (a jit replay sets a
+        pointer per input and output)."""
+        raw = self.raw
+        cached = self.__dict__.get("_addressed")
+        if cached is None or cached[0] is not raw: self.__dict__["_addressed"] = cached = (raw, raw.ctypes.data)
+        return cached[1]
+
     def copyin(self, data: np.ndarray) -> Buffer:
         """Fill from a numpy array of the same number of elements (converted to this buffer's dtype)."""
         arr = np.ascontiguousarray(data, dtype=to_numpy(self.dtype)).reshape(-1)
         assert arr.size == self.size, f"copyin: {arr.size} elements into a buffer of {self.size}"
+        if RECORDERS: RECORDERS[-1].copy(self)
         Device[self.device].allocator.copyin(self.raw, memoryview(arr).cast("B"))
         return self
 

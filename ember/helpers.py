@@ -76,6 +76,12 @@ MAX_CXX_BYTES = ContextVar("EMBER_MAX_CXX_BYTES", 8_000_000)
 UNROLL = ContextVar("UNROLL", 64)  # most STOREs rangeify unrolls a kernel's small branching output axes into; 0: none
 
 
+# The recorders of the jitted calls running now (engine/jit.py), innermost last: what runs is told to the last one.
+# Here, below every module that reports to it (realize, Tensor.assign, Buffer.copyin, random draws).
+RECORDERS: list[Any] = []
+ASSIGN_HOOKS: list[Any] = []  # called with each tensor Tensor.assign gives a new value outside a recording
+
+
 class Context(contextlib.ContextDecorator):
     """Set flags temporarily: `with Context(DEBUG=2): ...` or `@Context(DEBUG=2)`."""
 

@@ -23,7 +23,7 @@ import numpy as np
 from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
 from ember.errors import AxisError, DeviceError, DTypeError, EmberError, ShapeError
-from ember.helpers import prod
+from ember.helpers import ASSIGN_HOOKS, RECORDERS, prod
 from ember.mixin.activation import ActivationMixin
 from ember.mixin.creation import CreationMixin, int_dtype_for
 from ember.mixin.elementwise import ElementwiseMixin
@@ -252,6 +252,9 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         >>> lr.assign(0.25).item()
         0.25
         """
+        if RECORDERS: RECORDERS[-1].assign(self)  # a jitted call gives self a new value (engine/jit.py)
+        else:
+            for hook in ASSIGN_HOOKS: hook(self)
         if not isinstance(value, Tensor) and np.ndim(value) == 0:
             self.uop = _numpy_to_uop(np.broadcast_to(np.asarray(value), self.shape), self.dtype, self.device)
             return self

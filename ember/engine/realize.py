@@ -24,7 +24,17 @@ from ember.codegen import get_program, kernel_name
 from ember.codegen.opt import Opt
 from ember.device import Device, cache_write, discard_damaged, read_cached
 from ember.dtype import to_numpy
-from ember.helpers import CACHELEVEL, DEBUG, SPEC, TRACK_REWRITES, ContextVar, cache_dir, colored, source_hash
+from ember.helpers import (
+    CACHELEVEL,
+    DEBUG,
+    RECORDERS,
+    SPEC,
+    TRACK_REWRITES,
+    ContextVar,
+    cache_dir,
+    colored,
+    source_hash,
+)
 from ember.renderer import ProgramSpec, Renderer
 from ember.schedule.kernelize import ExecItem, LoopItem, kernels
 from ember.uop.ops import UOp
@@ -171,6 +181,7 @@ def run_schedule(schedule: list[ExecItem | LoopItem]) -> None:
 
 def run_loop(item: LoopItem, run: Callable[[list[ExecItem | LoopItem]], None]) -> None:
     """A loop's steps from Python, `run` running the body: the carries, xs' rows and y moved through host copies."""
+    if RECORDERS: RECORDERS[-1].loop()
     n = item.length
     rows = [xs.numpy().reshape(n, x.size) for xs, x in zip(item.xs, item.x, strict=True)]
     for carry, start in zip(item.carry, item.carry0, strict=True): carry.copyin(start.numpy())
@@ -190,6 +201,7 @@ def run_items(schedule: list[ExecItem | LoopItem]) -> None:
             run_loop(item, run_items)
             continue
         runner = get_runner(item.bufs[0].device, item.ast)
+        if RECORDERS: RECORDERS[-1].kernel(runner, item.bufs, item.outs)
         start = time.perf_counter()
         elapsed = runner(item, wait=DEBUG >= 1)
         elapsed = elapsed if elapsed is not None else time.perf_counter() - start

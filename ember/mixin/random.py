@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ember.device import buffer_of
 from ember.dtype import DType, dtypes, to_dtype
 from ember.errors import DTypeError
+from ember.helpers import RECORDERS
 from ember.mixin.creation import accepts_requires_grad
 
 if TYPE_CHECKING:
@@ -57,15 +59,21 @@ class RandomMixin:
         kernel reads. So every draw of one shape is the same kernel, compiled once (a dropout mask per training
         step would otherwise be a new program per step, and a new file in the compile cache)."""
         from ember.tensor import Tensor
-        start, RandomMixin._drawn = RandomMixin._drawn, RandomMixin._drawn + n
-        seed = RandomMixin._seed & 0xFFFFFFFFFFFFFFFF
-        words = np.array([seed & 0xFFFFFFFF, seed >> 32, start & 0xFFFFFFFF, (start >> 32) & 0xFFFFFFFF], np.uint32)
-        key_low, key_high, start_low, start_high = (w.reshape(1) for w in Tensor(words, device=device))
+        words = Tensor(cls.next_random_words(n), device=device)
+        if RECORDERS: RECORDERS[-1].draw(buffer_of(words.uop.src[0]), n)  # a jit replay draws new words here
+        key_low, key_high, start_low, start_high = (w.reshape(1) for w in words)
         counter = Tensor.arange(n, device=device).cast(dtypes.uint64) + \
             (start_low.cast(dtypes.uint64) | (start_high.cast(dtypes.uint64) << 32))
         low = (counter & 0xFFFFFFFF).cast(dtypes.uint32)
         high = (counter >> 32).cast(dtypes.uint32)
         return threefry2x32((key_low, key_high), low, high)
+
+    @staticmethod
+    def next_random_words(n: int) -> np.ndarray:
+        """The key and first counter of the next n random numbers, as four uint32 words; takes the n counters."""
+        start, RandomMixin._drawn = RandomMixin._drawn, RandomMixin._drawn + n
+        seed = RandomMixin._seed & 0xFFFFFFFFFFFFFFFF
+        return np.array([seed & 0xFFFFFFFF, seed >> 32, start & 0xFFFFFFFF, (start >> 32) & 0xFFFFFFFF], np.uint32)
 
     @classmethod
     @accepts_requires_grad

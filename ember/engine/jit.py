@@ -1,0 +1,356 @@
+"""ember.jit (alias TinyJit): a function's kernels captured on its first calls, then replayed without the front end.
+
+A jitted call of a small training step spends its time in Python (building graphs, scheduling, one ctypes call per
+kernel), not in its kernels. `jit(fn)` runs fn eagerly while recording what ran (`Recorder`): the kernels with their
+buffers, the tensors fn gave new values (`assign`: parameters, optimizer state), the buffers it filled from the host
+(constants) and the random numbers it drew. A second recording must match the first kernel for kernel and buffer
+for buffer (a third may stand in for a first call that did one-time work, such as realizing lazy weights); from the
+next call on, `Replay` runs the recorded kernels in one native call (runtime/graph.NativeGraph) on the new inputs'
+buffers, with fresh buffers for the outputs and the new values of the assigned tensors, intermediates in one arena
+(engine/memory.py), and new random words.
+
+Calls are keyed by the non-Tensor arguments (compared by value: a new value records anew) and by which Tensor
+arguments share a buffer. Known footguns raise a JitError instead of replaying wrong values:
+- a Tensor input whose shape, dtype or device differs from the recorded call's;
+- two recordings that differ: a Python value the function reads (a global, an attribute) changed between calls;
+- a tensor the function reads (a weight), assigned a new value outside it: the replay would read the old one;
+- an output that is an input (returned as it is, or a view of it): the replay would have no new buffer for it;
+- a loop (ember.scan with unroll=False) inside: its steps run from Python and are not recorded.
+What the function computes from Python values alone is part of the recording, as it is in tinygrad and torch.compile:
+after the recordings, a changed global is not seen (tests/engine/test_jit.py shows it).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.device import Buffer, buffer_of, buffer_uop
+from ember.engine.memory import MemoryPlan, plan_memory
+from ember.engine.realize import CompiledRunner
+from ember.errors import EmberError
+from ember.helpers import ASSIGN_HOOKS, DEBUG, RECORDERS
+from ember.schedule.kernelize import ExecItem, computed
+from ember.tensor import Tensor
+from ember.uop.ops import Ops, UOp
+
+
+class JitError(EmberError, RuntimeError):
+    """A jitted function called in a way its replay would get wrong (see ember/engine/jit.py's list)."""
+
+
+@dataclass
+class Recorder:
+    """What one eager call ran: kernels with their buffers, tensors given new values, host copies, random draws."""
+
+    kernels: list[tuple[CompiledRunner, list[Buffer], int]] = field(default_factory=list)  # (runner, bufs, outs)
+    assigned: dict[int, tuple[Tensor, UOp]] = field(default_factory=dict)  # id -> (tensor, its value before)
+    copied: dict[int, Buffer] = field(default_factory=dict)  # buffers filled from the host during the call
+    draws: list[tuple[Buffer, int]] = field(default_factory=list)  # (the words' buffer, how many numbers)
+    loops: int = 0
+
+    def kernel(self, runner: CompiledRunner, bufs: list[Buffer], outs: int) -> None:
+        self.kernels.append((runner, list(bufs), outs))
+
+    def copy(self, buf: Buffer) -> None: self.copied[id(buf)] = buf
+    def draw(self, buf: Buffer, n: int) -> None: self.draws.append((buf, n))
+    def loop(self) -> None: self.loops += 1
+
+    def assign(self, t: Tensor) -> None:
+        if id(t) not in self.assigned: self.assigned[id(t)] = (t, t.uop)
+
+
+def flatten(value: Any, tensors: list[Tensor]) -> Any:
+    """`value` with each Tensor in it (in lists, tuples and dicts) replaced by its number in `tensors`: the
+    hashable shape of the arguments, which keys a recording."""
+    if isinstance(value, Tensor):
+        tensors.append(value)
+        return (Tensor, len(tensors) - 1)
+    if isinstance(value, (list, tuple)): return (type(value), tuple(flatten(v, tensors) for v in value))
+    if isinstance(value, dict): return (dict, tuple((k, flatten(v, tensors)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        raise JitError(f"jit: an argument of type {type(value).__name__} cannot key a recording (it is not "
+                       f"hashable); pass arrays as Tensors") from None
+    return value
+
+
+def unflatten(shape: Any, tensors: list[Tensor]) -> Any:
+    if type(shape) is tuple and len(shape) == 2 and shape[0] is Tensor: return tensors[shape[1]]
+    if type(shape) is tuple and len(shape) == 2 and shape[0] in (list, tuple):
+        return shape[0](unflatten(v, tensors) for v in shape[1])
+    if type(shape) is tuple and len(shape) == 2 and shape[0] is dict:
+        return {k: unflatten(v, tensors) for k, v in shape[1]}
+    return shape
+
+
+def stored_buffer(u: UOp) -> Buffer | None:
+    """The buffer a tensor's value is, if it reads one whole buffer in order (after realize), else None."""
+    u = computed.get(u, u)
+    while u.op is Ops.RESHAPE: u = u.src[0]
+    return buffer_of(u) if u.op is Ops.BUFFER else None
+
+
+def as_input(t: Tensor) -> Buffer:
+    """The buffer holding input t's value, realizing it first if it is lazy or a view of part of a buffer."""
+    if (buf := stored_buffer(t.uop)) is None:
+        t.realize()
+        buf = stored_buffer(t.uop)
+    assert buf is not None
+    return buf
+
+
+@dataclass
+class Recording:
+    """One recorded call, with each buffer given its role: input k, an assigned tensor's value before ("state-in")
+    and after ("state-out"), output k, a host constant, a random draw, an intermediate, or a buffer from outside."""
+
+    recorder: Recorder
+    inputs: list[Buffer]
+    outputs: list[Buffer]
+    out_shape: Any
+    out_tensors: list[Tensor]
+    states: list[tuple[Tensor, Buffer | None, Buffer]]  # (tensor, buffer before, buffer after)
+    roles: dict[int, tuple] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        role = self.roles
+        for k, b in enumerate(self.inputs): role.setdefault(id(b), ("input", k))
+        for j, (_, before, after) in enumerate(self.states):
+            if before is not None: role.setdefault(id(before), ("state-in", j))
+            role.setdefault(id(after), ("state-out", j))
+        for k, b in enumerate(self.outputs):
+            if role.get(id(b), ("",))[0] == "input":
+                raise JitError(f"jit: output {k} is input {role[id(b)][1]} (returned as it is, or a view of it); a "
+                               f"replay would give no new value for it: return a copy (t.contiguous() or t + 0)")
+            role.setdefault(id(b), ("output", k))
+        for n, (buf, _) in enumerate(self.recorder.draws): role.setdefault(id(buf), ("draw", n))
+        written = {id(b) for _, bufs, outs in self.recorder.kernels for b in bufs[:outs]}
+        counts = {"const": 0, "temp": 0}
+        for _, bufs, _ in self.recorder.kernels:
+            for b in bufs:
+                if id(b) in role: continue
+                kind = "const" if id(b) in self.recorder.copied else "temp" if id(b) in written else "outside"
+                role[id(b)] = (kind, counts[kind]) if kind in counts else (kind, id(b))
+                if kind in counts: counts[kind] += 1
+
+    def signature(self) -> tuple:
+        """What two recordings must share: the kernels in order and the roles of their buffers."""
+        return tuple((runner.spec.ast, tuple(self.roles[id(b)] for b in bufs)) for runner, bufs, _ in
+                     self.recorder.kernels)
+
+
+def differ(a: Recording, b: Recording) -> str:
+    """Where recording b first differs from a, in words."""
+    ka, kb = a.recorder.kernels, b.recorder.kernels
+    if len(ka) != len(kb): return f"{len(kb)} kernels ran where the recorded call ran {len(ka)}"
+    for i, ((ra, ba, _), (rb, bb, _)) in enumerate(zip(ka, kb, strict=True)):
+        if ra.spec.ast is not rb.spec.ast: return f"kernel {i} is {rb.spec.name}, recorded as {ra.spec.name}"
+        roles_a, roles_b = [a.roles[id(x)] for x in ba], [b.roles[id(x)] for x in bb]
+        if roles_a != roles_b: return f"kernel {i} ({rb.spec.name}) reads or writes other buffers: {roles_b} " \
+                                      f"recorded as {roles_a}"
+    return "they differ"
+
+
+class Replay:
+    """A recording made runnable: intermediates in one arena, the kernels in one NativeGraph (or, off the CPU, a list
+    of runners), input, output and state buffers swapped in per call."""
+
+    def __init__(self, rec: Recording) -> None:
+        from ember.runtime.graph import NativeGraph
+        self.rec = rec
+        kernels = rec.recorder.kernels
+        keep = {b for _, bufs, _ in kernels for b in bufs if rec.roles[id(b)][0] != "temp"}
+        items: list = [ExecItem(runner.spec.ast, bufs, outs) for runner, bufs, outs in kernels]
+        self.plan: MemoryPlan | None = plan_memory(items, keep).apply() if len(kernels) > 1 else None
+        if DEBUG >= 2 and self.plan is not None: print(f"jit: {len(kernels)} kernels; {self.plan.describe()}")
+        drop = {id(b) for _, bufs, _ in kernels for b in bufs if rec.roles[id(b)][0] == "temp"}
+        for node in [n for n, view in list(computed.items()) if (b := stored_buffer(view)) is not None and
+                     id(b) in drop]:
+            del computed[node]  # a later schedule must not read a buffer the replays overwrite
+        on_cpu = all(bufs[0].device == "CPU" for _, bufs, _ in kernels)
+        self.graph = NativeGraph([(runner.program, bufs, ()) for runner, bufs, _ in kernels]) if on_cpu else None
+        self.stale = False  # a buffer from outside that the kernels read is no longer its tensor's value (assign)
+        for _, bufs, _ in kernels:
+            for b in bufs:
+                if rec.roles[id(b)][0] == "outside": WATCHED.setdefault(id(b), weakref.WeakSet()).add(self)
+        # per output and per state, whether a kernel writes it (a fresh buffer per call) or not (the recorded one)
+        written = {id(b) for _, bufs, outs in kernels for b in bufs[:outs]}
+        self.fresh_outputs = [id(b) in written for b in rec.outputs]
+        self.fresh_states = [id(after) in written for _, _, after in rec.states]
+        self.single = rec.out_shape == (Tensor, 0)  # the function returns one tensor
+        self.last: list[list[Any] | None] = [None] * len(rec.outputs)  # [view, its count, its buffer's] to reuse
+        swapped = [*rec.inputs, *rec.outputs, *(b for _, before, after in rec.states for b in (before, after) if b)]
+        self.where = {id(b): self.slots(b) for b in swapped} if self.graph is not None else {}
+        self.bound: dict[int, Buffer] = {}
+
+    def output_view(self, k: int) -> UOp:
+        """A view of a buffer for output k: the last call's, when nothing refers to it any more (no tensor, no
+        graph: its nodes are referred to only from here, as counted when it was made), else a new one."""
+        if (last := self.last[k]) is not None and sys.getrefcount(last[0]) == last[1] and \
+                sys.getrefcount(last[0].src[0]) == last[2]:
+            return last[0]
+        o = self.rec.out_tensors[k]
+        self.last[k] = last = [UOp(Ops.RESHAPE, o.dtype, (buffer_uop(Buffer(o.device, o.numel(), o.dtype)),),
+                                   o.shape), 0, 0]
+        last[1], last[2] = sys.getrefcount(last[0]), sys.getrefcount(last[0].src[0])  # counted as the test counts
+        return last[0]
+
+    def slots(self, buf: Buffer) -> list[tuple[Any, int]]:
+        """Where the graph holds buf's address: (a kernel's argument array, slot) for each use."""
+        assert self.graph is not None
+        return [(self.graph.args[k], slot) for k, slot in self.graph.positions.get(id(buf), [])]
+
+    def bind(self, swap: list[tuple[Buffer, Buffer]]) -> None:
+        """Point each recorded buffer's uses at its buffer for this call (every swapped one is set at every call,
+        so no pointer from an earlier call is left to a buffer freed since)."""
+        if self.graph is not None:
+            for old, new in swap:
+                address = new.address
+                for args, slot in self.where[id(old)]: args[slot] = address
+        else: self.bound = {id(old): new for old, new in swap}
+
+    def __call__(self, inputs: list[Buffer]) -> Any:
+        rec = self.rec
+        if self.stale:
+            raise JitError("jit: a tensor the function reads was assigned a new value outside it, and the replay "
+                           "would read the recorded one; pass it as an argument, assign it inside, or reset()")
+        swap: list[tuple[Buffer, Buffer]] = list(zip(rec.inputs, inputs, strict=True))
+        views = [self.output_view(k) if fresh else None for k, fresh in enumerate(self.fresh_outputs)]
+        swap += [(b, buffer_of(v.src[0])) for b, v in zip(rec.outputs, views, strict=True) if v is not None]
+        new_states: list[Buffer] = []
+        for (t, before, after), fresh in zip(rec.states, self.fresh_states, strict=True):
+            if before is not None:
+                if (now := stored_buffer(t.uop)) is None:
+                    raise JitError("jit: a tensor the function assigns holds a lazy value at this call (it was "
+                                   "given one outside the function and not realized): realize it first")
+                swap.append((before, now))
+            new = Buffer(after.device, after.size, after.dtype) if fresh else after
+            if fresh: swap.append((after, new))
+            new_states.append(new)
+        for buf, n in rec.recorder.draws: buf.copyin(Tensor.next_random_words(n))  # new random numbers
+        self.bind(swap)
+        if self.graph is not None: self.graph()
+        else:
+            for runner, bufs, outs in rec.recorder.kernels:
+                runner(ExecItem(runner.spec.ast, [self.bound.get(id(b), b) for b in bufs], outs), wait=False)
+        for (t, _, after), new in zip(rec.states, new_states, strict=True):
+            if new is not after: t.uop = UOp(Ops.RESHAPE, t.dtype, (buffer_uop(new),), t.shape)
+        tensors = [Tensor._from_uop(v if v is not None else o.uop, o.device)
+                   for o, v in zip(rec.out_tensors, views, strict=True)]
+        return tensors[0] if self.single else unflatten(rec.out_shape, tensors)
+
+
+# id of a buffer from outside that replays read -> the replays reading it (made stale when it is assigned away)
+WATCHED: dict[int, weakref.WeakSet[Replay]] = {}
+
+
+def watch_assign(t: Tensor) -> None:
+    """Tensor.assign outside a recording: a replay reading t's old buffer would read a stale value."""
+    if WATCHED and (buf := stored_buffer(t.uop)) is not None and (replays := WATCHED.get(id(buf))) is not None:
+        for replay in replays: replay.stale = True
+
+
+ASSIGN_HOOKS.append(watch_assign)
+
+
+class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
+    """Capture `fn`'s kernels on its first calls and replay them on later ones (see this module's docstring).
+
+    >>> @jit
+    ... def step(x): return (x * 2 + 1).sum()
+    >>> [step(Tensor([1.0, 2.0])).item() for _ in range(4)]
+    [8.0, 8.0, 8.0, 8.0]
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.recordings: dict[Any, list[Recording]] = {}
+        self.replays: dict[Any, Replay] = {}
+        self.shapes: dict[Any, list[tuple]] = {}
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:  # a method: bound to its instance
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def reset(self) -> None:
+        """Forget every recording: the next calls record anew."""
+        self.recordings.clear()
+        self.replays.clear()
+        self.shapes.clear()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors: list[Tensor] = []
+        if not kwargs and all(type(a) is Tensor for a in args):  # the common case, without the walk
+            tensors, shape = list(args), len(args)
+        else: shape = flatten((args, kwargs), tensors)
+        buffers = [as_input(t) for t in tensors]
+        first = {}
+        key = (shape, tuple(first.setdefault(id(b), i) for i, b in enumerate(buffers)))
+        described = [(t.shape, t.dtype, t.device) for t in tensors]
+        if (known := self.shapes.setdefault(key, described)) != described:
+            i, (was, now) = next((i, p) for i, p in enumerate(zip(known, described, strict=True)) if p[0] != p[1])
+            raise JitError(f"jit: Tensor argument {i} is {now[1].name} {now[0]} on {now[2]}, recorded as "
+                           f"{was[1].name} {was[0]} on {was[2]}: a jitted function replays the kernels of one shape "
+                           f"and dtype (call jit(fn) again for another, or reset())")
+        if (replay := self.replays.get(key)) is not None: return replay(buffers)
+        result, rec = self.record(args, kwargs, tensors, buffers)
+        done = self.recordings.setdefault(key, [])
+        if done and done[-1].signature() == rec.signature():
+            self.replays[key] = Replay(rec)
+            del self.recordings[key]
+        elif len(done) >= 2:
+            raise JitError(f"jit: {getattr(self.fn, '__name__', 'the function')}'s calls do not run the same "
+                           f"kernels on the same buffers ({differ(done[-1], rec)}): a Python value it reads (a "
+                           f"global, an attribute, a closure variable) changes between calls, and a replay would "
+                           f"keep the recorded one; pass it as a Tensor argument (or as a non-Tensor argument, "
+                           f"which keys the recordings)")
+        else: done.append(rec)
+        return result
+
+    def record(self, args: tuple, kwargs: dict, tensors: list[Tensor], buffers: list[Buffer]
+               ) -> tuple[Any, Recording]:
+        """Call fn eagerly, recording what runs; its outputs (and what it assigned) realized in one schedule."""
+        recorder = Recorder()
+        # each input reads its buffer through a buffer of its own for the call (the same memory): a node of the
+        # function equal to a node an input was realized from (Tensor.ones(n) and a constant) reads the input's
+        # buffer through kernelize.computed, which a replay must not swap for the next call's input
+        aliases = [Buffer(b.device, b.size, b.dtype) for b in buffers]
+        for alias, b in zip(aliases, buffers, strict=True): alias._raw = b.raw[:]  # a view: never freed for reuse
+        before = [t.uop for t in tensors]
+        for t, alias in zip(tensors, aliases, strict=True):
+            t.uop = UOp(Ops.RESHAPE, t.dtype, (buffer_uop(alias),), t.shape)
+        RECORDERS.append(recorder)
+        try:
+            result = self.fn(*args, **kwargs)
+            outs: list[Tensor] = []
+            out_shape = flatten(result, outs)
+            states = [t for t, _ in recorder.assigned.values()]
+            pending = [t for t in [*outs, *states] if stored_buffer(t.uop) is None]
+            if pending: pending[0].realize(*pending[1:])
+        finally:
+            RECORDERS.remove(recorder)
+            for t, u in zip(tensors, before, strict=True): t.uop = u
+        if any(id(t) in recorder.assigned for t in tensors):
+            raise JitError("jit: the function assigns one of its Tensor arguments; a replay could not give the new "
+                           "value to the next call's argument: return the new value instead")
+        if recorder.loops:
+            raise JitError("jit: the function runs a loop (ember.scan with unroll=False) whose steps run from "
+                           "Python: it cannot be recorded; jit the loop's caller without it, or unroll it")
+        for t in outs:
+            if stored_buffer(t.uop) is None: t.realize()
+        state_bufs = [(t, stored_buffer(before), stored_buffer(t.uop)) for t, before in recorder.assigned.values()]
+        states_ = [(t, before, after) for t, before, after in state_bufs if after is not None]
+        out_bufs = [stored_buffer(t.uop) for t in outs]
+        assert all(b is not None for b in out_bufs)
+        rec = Recording(recorder, aliases, out_bufs, out_shape, outs, states_)  # type: ignore[arg-type]
+        return result, rec
+
+
+TinyJit = jit
+
