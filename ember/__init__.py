@@ -2,8 +2,10 @@
 
 from ember.device import Device
 from ember.dtype import DType, dtypes
+from ember.engine.jit import JitError, TinyJit, jit
 from ember.engine.realize import GlobalCounters
 from ember.helpers import Context, getenv
 from ember.tensor import Tensor, no_grad
 
-__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "GlobalCounters", "getenv", "no_grad"]
+__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "GlobalCounters", "getenv", "no_grad", "jit", "TinyJit",
+           "JitError"]

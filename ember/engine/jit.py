@@ -189,6 +189,11 @@ class Replay:
         self.where = {id(b): self.slots(b) for b in swapped} if self.graph is not None else {}
         self.bound: dict[int, Buffer] = {}
 
+    @property
+    def kernels(self) -> list[tuple[CompiledRunner, list[Buffer], int]]:
+        """The recorded kernels in order: (runner, its buffers as recorded, how many it writes)."""
+        return self.rec.recorder.kernels
+
     def output_view(self, k: int) -> UOp:
         """A view of a buffer for output k: the last call's, when nothing refers to it any more (no tensor, no
         graph: its nodes are referred to only from here, as counted when it was made), else a new one."""
@@ -277,6 +282,11 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:  # a method: bound to its instance
         return self if obj is None else functools.partial(self.__call__, obj)
+
+    @property
+    def replay(self) -> Replay | None:
+        """The replay of the call recorded most recently (None before any): its kernels, memory plan and graph."""
+        return next(reversed(self.replays.values()), None)
 
     def reset(self) -> None:
         """Forget every recording: the next calls record anew."""
