@@ -5,7 +5,8 @@ Run: python examples/demo.py             trains a 64-128-10 MLP with Adam, print
 
 The digits (1,797 images, bundled with scikit-learn, no download) are split 80/20 with a fixed seed. Each training
 step (forward, backward, Adam update) is one schedule of fused kernels; the kernels compile on the first step and
-are reused by every later one (and cached on disk across runs).
+are reused by every later one (and cached on disk across runs). The step is jitted (ember.jit): from its third call
+on, its kernels replay in one native call, with no scheduling or Python per kernel.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ember import Context, GlobalCounters, Tensor
+from ember import Context, GlobalCounters, Tensor, jit
 from ember.device import Device
 from ember.engine.realize import cached_program
 from ember.nn import Linear
@@ -55,17 +56,21 @@ def train_digits(epochs: int = 20, batch_size: int = 64, lr: float = 3e-3, seed:
     log(f"digits: {len(x_train)} train, {len(x_test)} test images; MLP 64-128-10, Adam lr={lr}, batch {batch_size}")
     start = time.perf_counter()
     accuracy = 0.0
+
+    @jit  # recorded on its first two calls, then replayed: its kernels in one native call, no Python per op
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = model(x).cross_entropy(y)
+        loss.backward()
+        opt.step(loss)  # the loss is computed in the step's schedule
+        return loss
+
     for epoch in range(1, epochs + 1):
         order, losses = rng.permutation(len(x_train)), []
         with Tensor.train():
             for i in range(0, len(order) - batch_size + 1, batch_size):  # the last partial batch is dropped
                 batch = order[i:i + batch_size]
-                x, y = Tensor(x_train[batch]), Tensor(y_train[batch])
-                opt.zero_grad()
-                loss = model(x).cross_entropy(y)
-                loss.backward()
-                opt.step(loss)  # the loss is computed in the step's schedule
-                losses.append(loss)
+                losses.append(step(Tensor(x_train[batch]), Tensor(y_train[batch])))
         accuracy = float((model(x_test_t).argmax(1).numpy() == y_test).mean())
         mean_loss = sum(loss.item() for loss in losses) / len(losses)
         log(f"epoch {epoch:2d}  loss {mean_loss:.4f}  test accuracy {100 * accuracy:5.2f}%  "

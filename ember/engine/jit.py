@@ -31,7 +31,7 @@ from typing import Any
 
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.engine.memory import MemoryPlan, plan_memory
-from ember.engine.realize import CompiledRunner
+from ember.engine.realize import CompiledRunner, GlobalCounters
 from ember.errors import EmberError
 from ember.helpers import ASSIGN_HOOKS, DEBUG, RECORDERS
 from ember.schedule.kernelize import ExecItem, computed
@@ -184,6 +184,8 @@ class Replay:
         self.fresh_outputs = [id(b) in written for b in rec.outputs]
         self.fresh_states = [id(after) in written for _, _, after in rec.states]
         self.single = rec.out_shape == (Tensor, 0)  # the function returns one tensor
+        self.ops = sum(runner.spec.flops for runner, _, _ in kernels)  # counted per replay in GlobalCounters
+        self.mem = sum(runner.spec.mem_bytes for runner, _, _ in kernels)
         self.last: list[list[Any] | None] = [None] * len(rec.outputs)  # [view, its count, its buffer's] to reuse
         swapped = [*rec.inputs, *rec.outputs, *(b for _, before, after in rec.states for b in (before, after) if b)]
         self.where = {id(b): self.slots(b) for b in swapped} if self.graph is not None else {}
@@ -240,6 +242,9 @@ class Replay:
             new_states.append(new)
         for buf, n in rec.recorder.draws: buf.copyin(Tensor.next_random_words(n))  # new random numbers
         self.bind(swap)
+        GlobalCounters.kernel_count += len(rec.recorder.kernels)
+        GlobalCounters.global_ops += self.ops
+        GlobalCounters.global_mem += self.mem
         if self.graph is not None: self.graph()
         else:
             for runner, bufs, outs in rec.recorder.kernels:
