@@ -22,8 +22,9 @@ import numpy as np
 
 from ember.codegen import get_program, kernel_name
 from ember.codegen.opt import Opt
-from ember.device import Device, cache_write, discard_damaged, read_cached
+from ember.device import Buffer, Device, cache_write, discard_damaged, read_cached
 from ember.dtype import to_numpy
+from ember.engine.memory import MemoryPlan, plan_memory
 from ember.helpers import (
     CACHELEVEL,
     DEBUG,
@@ -172,11 +173,23 @@ def print_schedule(schedule: list[ExecItem | LoopItem], indent: str = "") -> Non
         print(f"  {indent}{i:3d} {kernel_name(item.ast):24s} writes {writes} reads {reads}")
 
 
-def run_schedule(schedule: list[ExecItem | LoopItem]) -> None:
-    """Run every item in order, updating GlobalCounters."""
+PLAN_MIN_BYTES = 1 << 20  # intermediates of a schedule that take this much memory or more share it (memory.py)
+
+
+def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None = None) -> MemoryPlan | None:
+    """Run every item in order, updating GlobalCounters. Given `keep` (the buffers read after the schedule: its
+    outputs), the others, intermediates, share memory where their lifetimes allow if they take PLAN_MIN_BYTES or
+    more; the plan is returned (its buffers hold views of an arena: what they held is not to be read after)."""
     if DEBUG >= 2: print_schedule(schedule)
     prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])
+    plan = None
+    if keep is not None and len(schedule) > 2:
+        temporary = {id(b): b for item in schedule for b in item.bufs[:item.outs] if b not in keep}
+        if sum(b.nbytes for b in temporary.values()) >= PLAN_MIN_BYTES:
+            plan = plan_memory(schedule, keep).apply()
+            if DEBUG >= 2: print(plan.describe())
     run_items(schedule)
+    return plan
 
 
 def run_loop(item: LoopItem, run: Callable[[list[ExecItem | LoopItem]], None]) -> None:

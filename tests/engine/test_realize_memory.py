@@ -1,0 +1,57 @@
+"""Memory planning of eager schedules (Tensor.realize -> run_schedule): intermediates of PLAN_MIN_BYTES or more share
+an arena, the peak is printed at DEBUG=2, and values stay what numpy computes, also for intermediates read again."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from ember import Context, Tensor
+from ember.engine import realize
+
+
+def chain(depth: int, seed: int = 0) -> tuple[Tensor, np.ndarray, list[Tensor]]:
+    """relu(relu(x @ w0) @ w1)...: each layer's result an intermediate of 256 x 512 floats (512 KB)."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((256, 512), dtype=np.float32)
+    ws = [(rng.random((512, 512), dtype=np.float32) - 0.5) / 20 for _ in range(depth)]
+    h, want, layers = Tensor(x), x, []
+    for w in ws:
+        h = (h @ Tensor(w)).relu()
+        layers.append(h)
+        want = np.maximum(want @ w, 0)
+    return h, want, layers
+
+
+def test_a_large_schedule_shares_memory_and_reports_its_peak(capsys: pytest.CaptureFixture[str]) -> None:
+    h, want, _ = chain(5)
+    with Context(DEBUG=2): got = h.sum(1).numpy()
+    out = capsys.readouterr().out
+    line = re.search(r"memory plan: (\d+) intermediates .* peak ([\d.]+) MB of ([\d.]+) MB unplanned", out)
+    assert line, out
+    assert int(line.group(1)) >= 3 and float(line.group(2)) < float(line.group(3))
+    np.testing.assert_allclose(got, want.sum(1), rtol=2e-5, atol=1e-4)
+
+
+def test_an_intermediate_read_again_is_computed_again(capsys: pytest.CaptureFixture[str]) -> None:
+    """A planned intermediate's memory holds another value after the schedule: a later read must not use it."""
+    h, want, layers = chain(4, seed=1)
+    with Context(DEBUG=2): h.realize()
+    assert "memory plan" in capsys.readouterr().out
+    first = layers[0].numpy()  # was an intermediate of the schedule above, in the shared arena
+    rng = np.random.default_rng(1)
+    x, w0 = rng.random((256, 512), dtype=np.float32), (rng.random((512, 512), dtype=np.float32) - 0.5) / 20
+    np.testing.assert_allclose(first, np.maximum(x @ w0, 0), rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(h.numpy(), want, rtol=2e-5, atol=1e-5)
+
+
+def test_small_schedules_are_not_planned(monkeypatch: pytest.MonkeyPatch) -> None:
+    planned = []
+    monkeypatch.setattr(realize, "plan_memory", lambda *a: planned.append(a))
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_allclose(((x * 2).exp().sum(1) + x.max(axis=1)).numpy(), np.exp(a * 2).sum(1) + a.max(1),
+                               rtol=1e-6)
+    assert not planned
