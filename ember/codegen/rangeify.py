@@ -3,7 +3,9 @@
 Before: `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value))`, `value` a tensor-level graph (ALU, RESHAPE, PERMUTE,
         EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS, GATHER) over DEFINE_GLOBALs and CONSTs.
 After:  `SINK(STORE(INDEX(DEFINE_GLOBAL(0), i), v), ...)`: every output axis is a RANGE, or, for a small axis a PAD
-        or ARANGE chooses by (`branching_axes`), unrolled into one STORE per position; every read a
+        or ARANGE chooses by (`branching_axes`), unrolled into one STORE per position; a stored concatenation is
+        stored piece by piece, each over its own shape (codegen/stores.py), pieces of one size sharing a loop;
+        every read a
         `LOAD(INDEX(DEFINE_GLOBAL(n), i[, gate]))`, every REDUCE_AXIS a `REDUCE(v, *RANGE)` (or its identity over
         an empty axis); no movement op remains. Every DEFINE_GLOBAL of the input is still in the graph.
 
@@ -24,6 +26,7 @@ import operator
 from dataclasses import dataclass, field
 
 from ember.codegen.lowerer import reduce_identity
+from ember.codegen.stores import split_stores
 from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import UNROLL, prod, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
@@ -36,9 +39,11 @@ class RangeifyContext:
     """Numbers new RANGEs in creation order, so an enclosing loop always has a smaller axis than what it encloses."""
 
     index_dtype: DType
-    unroll: dict[UOp, frozenset[int]] = field(default_factory=dict)  # per output (its DEFINE_GLOBAL): the axes
-    # stored position by position instead of looped over
+    unroll: dict[UOp, frozenset[int]] = field(default_factory=dict)  # per store target (a view of its output): the
+    # axes stored position by position instead of looped over
     axes: itertools.count = field(default_factory=itertools.count)
+    loops: dict[tuple[UOp, int], list[UOp]] = field(default_factory=dict)  # per (output, size): the output loops of
+    # that size made so far; the stores of one split output (codegen/stores.py) share them, in order
 
     def new_range(self, size: int, kind: AxisKind) -> UOp:
         """A RANGE over [0, size), or the constant 0 for an axis of size 1."""
@@ -175,19 +180,55 @@ UNROLL_AXIS_LIMIT = 16  # an output axis this small that the value branches on i
 # axes make at most helpers.UNROLL stores
 
 
-def store_over_ranges(ctx: RangeifyContext, g: UOp, view: UOp, value: UOp) -> UOp:
+def target_offset(view: UOp, idx: tuple[UOp, ...], dtype: DType) -> tuple[UOp, UOp] | None:
+    """(the output's DEFINE_GLOBAL, the offset of position `idx` of `view` in it) for a view made of RESHAPEs and
+    SHRINKs of the output (codegen/stores.py splits a store into such views), else None."""
+    while view.src[0].op is not Ops.DEFINE_GLOBAL:
+        if view.op is Ops.RESHAPE: idx = reshape_index(idx, view.shape, view.src[0].shape, dtype)
+        elif view.op is Ops.SHRINK: idx = tuple(i + b if b else i for i, (b, _) in zip(idx, view.arg, strict=True))
+        else: return None
+        view = view.src[0]
+        if view.op not in (Ops.RESHAPE, Ops.SHRINK): return None
+    return (view.src[0], flat_index(idx, view.shape, dtype)) if view.op is Ops.RESHAPE else None
+
+
+def output_loops(ctx: RangeifyContext, g: UOp, shape: tuple[int, ...], unroll: list[int]) -> dict[int, UOp]:
+    """A RANGE per looped axis of a store into output g: the n-th axis of a size takes the n-th loop of that size
+    made for g, so the pieces of a split store (codegen/stores.py) that have a size in common share its loop, and
+    what they compute alike at one step is one node (the loads of a stencil's edge and interior columns)."""
+    used: dict[int, int] = {}
+    loops = {}
+    for a, s in enumerate(shape):
+        if a in unroll: continue
+        if s == 1:
+            loops[a] = UOp.const(ctx.index_dtype, 0)
+            continue
+        made = ctx.loops.setdefault((g, s), [])
+        n = used[s] = used.get(s, -1) + 1
+        if n == len(made): made.append(ctx.new_range(s, AxisKind.GLOBAL))
+        loops[a] = made[n]
+    return loops
+
+
+def store_over_ranges(ctx: RangeifyContext, view: UOp, value: UOp) -> UOp | None:
     """The output: one RANGE per axis of its shape, and the value at those ranges stored at their offset.
 
     The axes in `ctx.unroll` get no RANGE: one STORE per position along them instead (grouped in a SINK), so the
     branches of a cat, stack or pad fold to the one each position reads, and the positions share the work they
     have in common (the graph is hash-consed), as a scalar code generator would write it."""
-    unroll = sorted(ctx.unroll.get(g, ()))
-    loops = {a: ctx.new_range(s, AxisKind.GLOBAL) for a, s in enumerate(view.shape) if a not in unroll}
+    if (found := target_offset(view, tuple(UOp.const(ctx.index_dtype, 0) for _ in view.shape), ctx.index_dtype)) \
+            is None:
+        return None
+    g = found[0]
+    unroll = sorted(ctx.unroll.get(view, ()))
+    loops = output_loops(ctx, g, view.shape, unroll)
     stores = []
     for pos in itertools.product(*(range(view.shape[a]) for a in unroll)):
         fixed = dict(zip(unroll, pos, strict=True))
         idx = tuple(UOp.const(ctx.index_dtype, fixed[a]) if a in fixed else loops[a] for a in range(len(view.shape)))
-        target = UOp(Ops.INDEX, g.dtype, (g, flat_index(idx, view.shape, ctx.index_dtype)))
+        offset = target_offset(view, idx, ctx.index_dtype)
+        assert offset is not None
+        target = UOp(Ops.INDEX, g.dtype, offset)
         stores.append(UOp(Ops.STORE, dtypes.void, (target, at(value, UOp.const(dtypes.bool, True), idx))))
     return stores[0] if len(stores) == 1 else UOp(Ops.SINK, dtypes.void, tuple(stores))
 
@@ -235,8 +276,7 @@ def branching_axes(value: UOp, shape: tuple[int, ...]) -> frozenset[int]:
 
 
 pm_rangeify = PatternMatcher([
-    (UPat(Ops.STORE, src=(UPat(Ops.RESHAPE, src=(UPat(Ops.DEFINE_GLOBAL, name="g"),), name="view"),
-                          UPat.var("value"))), store_over_ranges),
+    (UPat(Ops.STORE, src=(UPat((Ops.RESHAPE, Ops.SHRINK), name="view"), UPat.var("value"))), store_over_ranges),
     (UPat(Ops.INDEX, src=(UPat(GroupOp.Elementwise),), allow_any_len=True, name="x"),
      lambda x: index_alu(x.src[0], x.src[1], x.src[2:])),
     (UPat(Ops.INDEX, src=(UPat(GroupOp.Movement),), allow_any_len=True, name="x"),
@@ -348,8 +388,9 @@ pm_rangeify_symbolic = pm_rangeify + symbolic  # combined once: building a match
 
 def rangeify(ast: UOp) -> UOp:
     """The kernel AST with explicit loops and loads in place of tensor-level views (see the module docstring)."""
+    ast = split_stores(ast, UNROLL_AXIS_LIMIT)  # a store of a concatenation: a store per piece, over its own shape
     index_dtype = dtypes.int64 if largest_index(ast) > 2**31 - 1 else dtypes.int32
-    unroll = {st.src[0].src[0]: branching_axes(st.src[1], st.src[0].shape) for st in ast.src if st.op is Ops.STORE}
+    unroll = {st.src[0]: branching_axes(st.src[1], st.src[0].shape) for st in ast.src if st.op is Ops.STORE}
     sink = graph_rewrite(ast, pm_rangeify_symbolic, ctx=RangeifyContext(index_dtype, unroll), bottom_up=True,
                          name="rangeify")
     sink = graph_rewrite(sink, pm_simplify_gated_index)
