@@ -264,22 +264,33 @@ def decide_max(x: UOp, y: UOp) -> UOp | None:
     return None
 
 
-def decide_equal_remainders(root: UOp, x: UOp, m: UOp, y: UOp, n: UOp) -> UOp | None:
+def as_remainder(u: UOp) -> tuple[UOp, int] | None:
+    """u as `x % m`: u itself, or `(x % k) * c` for c > 0, which is `(c*x) % (c*k)` (the form the rules give
+    `(3j + 3) % 9`: `((j + 1) % 3) * 3`)."""
+    if u.op is Ops.MOD and u.src[1].op is Ops.CONST: return u.src[0], int(u.src[1].arg)
+    if u.op is not Ops.MUL: return None
+    rem, c = u.src if u.src[1].op is Ops.CONST else u.src[::-1]
+    if c.op is not Ops.CONST or c.arg <= 0 or rem.op is not Ops.MOD or rem.src[1].op is not Ops.CONST: return None
+    return rem.src[0] * c, int(rem.src[1].arg) * int(c.arg)
+
+
+def decide_equal_remainders(root: UOp, a: UOp, b: UOp) -> UOp | None:
     """x % m == y % m (or !=) for x, y >= 0 whose difference is a constant plus multiples of m: the remainders are
     equal exactly when m divides that constant. A sparse jacobian's seeds compare the color `(a . p) % m` of two
     grid positions p (ad/sparse.py); at a fixed offset between them it is one answer over the whole grid."""
-    if m.arg != n.arg or m.arg <= 0 or min(x.vmin, y.vmin) < 0 or not (_no_wrap(x) and _no_wrap(y)): return None
+    if (left := as_remainder(a)) is None or (right := as_remainder(b)) is None: return None
+    (x, m), (y, n) = left, right
+    if m != n or m <= 0 or min(x.vmin, y.vmin) < 0 or not (_no_wrap(x) and _no_wrap(y)): return None
     (xs, cx), (ys, cy) = split_sum(x), split_sum(y)
     for t, k in ys.items(): xs[t] = xs.get(t, 0) - k
-    if any(k % m.arg for k in xs.values()): return None
-    return root.const_like(((cx - cy) % m.arg == 0) == (root.op is Ops.CMPEQ))
+    if any(k % m for k in xs.values()): return None
+    return root.const_like(((cx - cy) % m == 0) == (root.op is Ops.CMPEQ))
 
 
 pm_decide_comparisons = PatternMatcher([
     (UPat.var("x", INTS) < UPat.cvar("c"), simplify_lt_const),
-    (UPat((Ops.CMPEQ, Ops.CMPNE), name="root", src=(UPat(Ops.MOD, src=(UPat.var("x", INTS), UPat.cvar("m"))),
-                                                   UPat(Ops.MOD, src=(UPat.var("y", INTS), UPat.cvar("n"))))),
-     decide_equal_remainders),
+    (UPat((Ops.CMPEQ, Ops.CMPNE), name="root", src=(UPat((Ops.MOD, Ops.MUL), INTS, name="a"),
+                                                   UPat((Ops.MOD, Ops.MUL), INTS, name="b"))), decide_equal_remainders),
     (UPat.var("x", INTS).maximum(UPat.var("y")), decide_max),
 ])
 

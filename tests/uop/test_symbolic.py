@@ -229,6 +229,8 @@ EXACT_FORMS: list[tuple[str, Callable[[], UOp], str]] = [
     ("remainders of different sums stay compared", lambda: ((a + b * 2) % 5).eq(a % 5), "((a+(b*2))%5)==(a%5)"),
     ("remainders of maybe-negative values stay compared", lambda: ((n + 3) % 5).eq((n + 13) % 5),
      "((n+3)%5)==((n+13)%5)"),
+    ("a factored remainder is compared as one", lambda: ((a * 3 + 7) % 9).eq((a * 3 + 3) % 9), "False"),  # 3*((a+1)%3)
+    ("two factored remainders are compared", lambda: ((a + 1) % 3 * 3).ne((a + 4) % 3 * 3), "False"),
     ("< undecided by range stays", lambda: a < 5, "a<5"),
     ("< true by range", lambda: a < 11, "True"),
     ("< false by range", lambda: a < 0, "False"),
