@@ -34,6 +34,7 @@ from ember.ad.sparsity import (
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
 from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
 from ember.codegen.segments import SEGMENT_LIMIT
+from ember.codegen.stores import SPLIT_LIMIT
 from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
@@ -180,17 +181,51 @@ class Lattice:
         The entry of row r at offset o (column r - o) is compressed[color(r - o), r]: read at a computed color,
         the seeds of the other offsets compare colors that differ by a constant (decide_equal_remainders), so one
         kernel computes each offset's entries over the grid directly, with no color table and no sum over the
-        seeds. A table then puts them in CSC order."""
+        seeds. In CSC order they are a concatenation (see `csc`), stored piece by piece over the grid's boxes
+        (codegen/stores.py): per grid point, its entries at affine positions, no table. A grid cut into more
+        boxes than one kernel should hold (a wide stencil in 3-D) puts them in CSC order by a table instead."""
         size = prod(self.shape)
         rows = Tensor.arange(size).reshape(self.shape)
         flat = compressed.reshape(-1)
-        by_offset = Tensor.stack(*[flat._take(0, self.color(o) * size + rows) for o in self.offsets]).contiguous()
+        entries = [flat._take(0, self.color(o) * size + rows) for o in self.offsets]
+        if prod(len(cuts) - 1 for cuts in self.cuts()) <= SPLIT_LIMIT: return self.csc(entries, [])
+        by_offset = Tensor.stack(*entries).contiguous()
         cols, nonzero_rows = np.nonzero(pattern.T)
         offset = (np.stack(np.unravel_index(nonzero_rows, self.shape), 1) -
                   np.stack(np.unravel_index(cols, self.shape), 1))
         slot = {tuple(int(v) for v in o): k for k, o in enumerate(self.offsets)}
         where = np.array([slot[tuple(int(v) for v in o)] for o in offset], dtype=np.int64) * size + nonzero_rows
         return by_offset.reshape(-1)._take(0, _index(where))
+
+    def cuts(self) -> list[list[int]]:
+        """Per axis, the positions where the set of offsets whose entries a column there has changes (an offset o
+        leaves the grid for columns p with p + o outside it), with the axis's ends: the grid is a product of boxes
+        in each of which every column has the same offsets."""
+        out = []
+        for d, n in enumerate(self.shape):
+            ends = {0, n} | {min(max(-int(o), 0), n) for o in self.offsets[:, d]} | \
+                {min(max(n - int(o), 0), n) for o in self.offsets[:, d]}
+            out.append(sorted(ends))
+        return out
+
+    def csc(self, entries: list[Tensor], box: list[tuple[int, int]]) -> Tensor:
+        """The CSC entries of the columns in `box` (a range per leading axis, the later axes whole), of shape
+        (*box's sizes, entries per position of the box): along axis len(box), the concatenation of each stretch
+        between its cuts, flattened with the axes after it; in a box of all axes, each column's entries, its
+        offsets in row order (flat offset order), entries[o] read at the rows column + o."""
+        d = len(box)
+        sizes = [hi - lo for lo, hi in box]
+        if d == len(self.shape):
+            rows = [tuple((lo + int(v), hi + int(v)) for (lo, hi), v in zip(box, o, strict=True)) for o in self.offsets]
+            inside = [k for k, r in enumerate(rows) if all(0 <= lo and hi <= n for (lo, hi), n in zip(r, self.shape,
+                                                                                                   strict=True))]
+            if not inside: return Tensor.zeros(*sizes, 0, dtype=entries[0].dtype)
+            return Tensor.stack(*[entries[k].shrink(rows[k]) for k in inside], dim=-1)
+        cuts = self.cuts()[d]
+        pieces = [self.csc(entries, [*box, (lo, hi)]) for lo, hi in zip(cuts, cuts[1:], strict=False) if hi > lo]
+        pieces = [p.reshape(*sizes, -1) for p in pieces if p.numel()]
+        if not pieces: return Tensor.zeros(*sizes, 0, dtype=entries[0].dtype)
+        return pieces[0] if len(pieces) == 1 else pieces[0].cat(*pieces[1:], dim=-1)
 
 
 def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:

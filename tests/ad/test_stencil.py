@@ -2,7 +2,8 @@
 
 ember.ad.spjacobian colors such a pattern's columns with a lattice, `(a . p) % m` (ad/sparsity.py), as few colors
 as a row has nonzeros, and computes each offset's entries directly (ad/sparse.py `Lattice.recover`): no color
-table, no sum over the seeds.
+table, no sum over the seeds; they are stored in CSC order box by box of the grid (codegen/stores.py), with no
+table of positions either.
 
 Oracles: a brute-force check of the coloring over every pair of columns sharing a row; the dense ember.ad.jacobian
 (the same derivative rules, one direction per column) and central differences for the values; the compiled C++
@@ -103,6 +104,11 @@ def heat_3d(u: Tensor) -> Tensor:
     return sum((shift(u, o) for o in SEVEN_POINT[1:]), start=-6.0 * u) + (u * u).tanh()
 
 
+def one_sided(u: Tensor) -> Tensor:
+    """Offsets (0, 0), (1, 0), (0, 2): a stencil whose boxes are not symmetric about the grid's middle."""
+    return u.exp() * shift(u, (1, 0)) + shift(u, (0, 2)).sin()
+
+
 FUNCTIONS = {"bratu_2d": (bratu_2d, (7, 9), 5), "nonlinear_9": (nonlinear_9, (6, 8), 9),
              "heat_3d": (heat_3d, (4, 5, 3), 7)}
 LARGE = {"bratu_2d": (50, 50), "nonlinear_9": (17, 19), "heat_3d": (17, 18, 3)}  # axes beyond UNROLL_AXIS_LIMIT
@@ -141,14 +147,36 @@ def test_stencil_jacobian_is_the_dense_one_with_a_color_per_offset(name):
 
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_stencil_entries_are_computed_without_a_color_table_or_seeds(name):
-    """The kernel computing the offsets' entries tests no color: every seed comparison folded to a constant (only
-    the grid's edges are tested), and the only int32 constant is the table of CSC positions. On a grid whose axes
-    are all small, rangeify may unroll those instead of the offsets (still exact, checked above): the grids here
-    have long axes, as the problems this is for."""
+    """The kernel computing the entries tests no color: every seed comparison folded to a constant, and it finds
+    no position by `//` or `%`: each box of the grid stores its columns' entries at affine positions. No int32
+    constant at all (the generated C++ holds the constants of plan.constants): neither colors nor CSC positions.
+    On a grid whose axes are all small, rangeify may unroll those instead of the offsets (still exact, checked
+    above): the grids here have long axes, as the problems this is for."""
     f = sparse(name, LARGE[name])
     assert f.colors == FUNCTIONS[name][2]
     for item in f.plan.items:
         sink = lower(rangeify(item.ast))
-        assert not [u for u in sink.toposort() if u.op is Ops.MOD], "a color is still computed in a kernel"
-    int_constants = [b for b in f.plan.constants if b.dtype.name == "int32"]
-    assert [b.size for b in int_constants] == [f.nnz], "a color table is read"
+        assert not [u for u in sink.toposort() if u.op in (Ops.MOD, Ops.IDIV)], "a color or position is computed"
+    assert not [b for b in f.plan.constants if b.dtype.name == "int32"], "a table is read"
+
+
+GRIDS = [(bratu_2d, (50, 50)), (bratu_2d, (3, 40)), (bratu_2d, (40, 3)), (bratu_2d, (1, 30)), (bratu_2d, (2, 2)),
+         (nonlinear_9, (17, 19)), (nonlinear_9, (3, 25)), (heat_3d, (17, 18, 3)), (heat_3d, (2, 20, 1)),
+         (one_sided, (20, 23)), (one_sided, (4, 2))]
+
+
+@pytest.mark.parametrize("fn, shape", GRIDS, ids=[f"{f.__name__}-{'x'.join(map(str, s))}" for f, s in GRIDS])
+def test_entries_stored_box_by_box_are_the_table_read_ones_bit_for_bit(fn, shape, monkeypatch):
+    """Square, long, non-square, one-row and tiny grids, 2-D and 3-D: the entries stored in CSC order box by box are
+    those the table of positions reads, bit for bit, and the dense jacobian's (grids too small for a lattice
+    coloring take the general path: the same values)."""
+    x = np.random.default_rng(5).uniform(-1, 1, shape)
+    f = ad.spjacobian(NumericalFunction(fn.__name__, fn, [Arg(shape)]))
+    with monkeypatch.context() as patch:
+        patch.setattr("ember.ad.sparse.SPLIT_LIMIT", 0)  # more boxes than allowed: the table path
+        by_table = ad.spjacobian(NumericalFunction(f"{fn.__name__}_table", fn, [Arg(shape)]))
+    got = np.asarray(f(x))
+    np.testing.assert_array_equal(got.view(np.int64), np.asarray(by_table(x)).view(np.int64))
+    want = np.asarray(ad.jacobian(NumericalFunction(f"{fn.__name__}_dense", fn, [Arg(shape)]))(x))
+    assert scaled_error(f.to_dense(got), want.reshape(f.shape)) < 1e-13
+    np.testing.assert_array_equal(got, f.call_kernels(x))
