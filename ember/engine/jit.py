@@ -9,12 +9,16 @@ next call on, `Replay` runs the recorded kernels in one native call (runtime/gra
 buffers, with fresh buffers for the outputs and the new values of the assigned tensors, intermediates in one arena
 (engine/memory.py), and new random words.
 
-Calls are keyed by the non-Tensor arguments (compared by value: a new value records anew) and by which Tensor
-arguments share a buffer. Known footguns raise a JitError instead of replaying wrong values:
+Calls are keyed by the non-Tensor arguments (by type and value: 2 and 2.0 record apart) and by which Tensor
+arguments share a buffer. A tensor the function reads from outside (a weight) that gets a new value outside it
+(assign, or another jitted function's update) is followed: the replay reads its buffer of the moment. An assigned
+tensor is state only if its value came from outside the call; one made inside is computed anew each time. Known
+footguns raise a JitError instead of replaying wrong values:
 - a Tensor input whose shape, dtype or device differs from the recorded call's;
-- two recordings that differ: a Python value the function reads (a global, an attribute) changed between calls;
-- a tensor the function reads (a weight), assigned a new value outside it: the replay would read the old one;
+- two recordings that differ in their kernels, buffers or host constants: a Python value the function reads (a
+  global, an attribute) changed between calls;
 - an output that is an input (returned as it is, or a view of it): the replay would have no new buffer for it;
+- a function that assigns its own Tensor argument;
 - a loop (ember.scan with unroll=False) inside: its steps run from Python and are not recorded.
 What the function computes from Python values alone is part of the recording, as it is in tinygrad and torch.compile:
 after the recordings, a changed global is not seen (tests/engine/test_jit.py shows it).
@@ -23,6 +27,7 @@ after the recordings, a changed global is not seen (tests/engine/test_jit.py sho
 from __future__ import annotations
 
 import functools
+import hashlib
 import sys
 import weakref
 from collections.abc import Callable
@@ -36,7 +41,7 @@ from ember.errors import EmberError
 from ember.helpers import ASSIGN_HOOKS, DEBUG, RECORDERS
 from ember.schedule.kernelize import ExecItem, computed
 from ember.tensor import Tensor
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import Ops, UOp, arg_key
 
 
 class JitError(EmberError, RuntimeError):
@@ -77,7 +82,7 @@ def flatten(value: Any, tensors: list[Tensor]) -> Any:
     except TypeError:
         raise JitError(f"jit: an argument of type {type(value).__name__} cannot key a recording (it is not "
                        f"hashable); pass arrays as Tensors") from None
-    return value
+    return (type(value), arg_key(value), value)  # 2 and 2.0, 0.0 and -0.0 record apart: they compute differently
 
 
 def unflatten(shape: Any, tensors: list[Tensor]) -> Any:
@@ -86,7 +91,7 @@ def unflatten(shape: Any, tensors: list[Tensor]) -> Any:
         return shape[0](unflatten(v, tensors) for v in shape[1])
     if type(shape) is tuple and len(shape) == 2 and shape[0] is dict:
         return {k: unflatten(v, tensors) for k, v in shape[1]}
-    return shape
+    return shape[2] if type(shape) is tuple and len(shape) == 3 else shape
 
 
 def stored_buffer(u: UOp) -> Buffer | None:
@@ -94,15 +99,6 @@ def stored_buffer(u: UOp) -> Buffer | None:
     u = computed.get(u, u)
     while u.op is Ops.RESHAPE: u = u.src[0]
     return buffer_of(u) if u.op is Ops.BUFFER else None
-
-
-def as_input(t: Tensor) -> Buffer:
-    """The buffer holding input t's value, realizing it first if it is lazy or a view of part of a buffer."""
-    if (buf := stored_buffer(t.uop)) is None:
-        t.realize()
-        buf = stored_buffer(t.uop)
-    assert buf is not None
-    return buf
 
 
 @dataclass
@@ -115,20 +111,20 @@ class Recording:
     outputs: list[Buffer]
     out_shape: Any
     out_tensors: list[Tensor]
-    states: list[tuple[Tensor, Buffer | None, Buffer]]  # (tensor, buffer before, buffer after)
+    states: list[tuple[Tensor, Buffer, Buffer]]  # (tensor, buffer before, buffer after)
     roles: dict[int, tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         role = self.roles
         for k, b in enumerate(self.inputs): role.setdefault(id(b), ("input", k))
         for j, (_, before, after) in enumerate(self.states):
-            if before is not None: role.setdefault(id(before), ("state-in", j))
+            role.setdefault(id(before), ("state-in", j))
             role.setdefault(id(after), ("state-out", j))
         for k, b in enumerate(self.outputs):
             if role.get(id(b), ("",))[0] == "input":
                 raise JitError(f"jit: output {k} is input {role[id(b)][1]} (returned as it is, or a view of it); a "
-                               f"replay would give no new value for it: return a copy (t.contiguous() or t + 0)")
-            role.setdefault(id(b), ("output", k))
+                               f"replay would give no new value for it: return a copy (t.clone() or t + 0)")
+            role.setdefault(id(b), ("output", k))  # (an output that is another output or a state keeps that role)
         for n, (buf, _) in enumerate(self.recorder.draws): role.setdefault(id(buf), ("draw", n))
         written = {id(b) for _, bufs, outs in self.recorder.kernels for b in bufs[:outs]}
         counts = {"const": 0, "temp": 0}
@@ -140,8 +136,12 @@ class Recording:
                 if kind in counts: counts[kind] += 1
 
     def signature(self) -> tuple:
-        """What two recordings must share: the kernels in order and the roles of their buffers."""
-        return tuple((runner.spec.ast, tuple(self.roles[id(b)] for b in bufs)) for runner, bufs, _ in
+        """What two recordings must share: the kernels in order, the roles of their buffers and the contents of the
+        host constants they read (Tensor([s]) of a Python value s: a global that changes shows here)."""
+        def described(b: Buffer) -> tuple:
+            role = self.roles[id(b)]
+            return (*role, hashlib.sha256(b.numpy().tobytes()).hexdigest()) if role[0] == "const" else role
+        return tuple((runner.spec.ast, tuple(described(b) for b in bufs)) for runner, bufs, _ in
                      self.recorder.kernels)
 
 
@@ -175,19 +175,26 @@ class Replay:
             del computed[node]  # a later schedule must not read a buffer the replays overwrite
         on_cpu = all(bufs[0].device == "CPU" for _, bufs, _ in kernels)
         self.graph = NativeGraph([(runner.program, bufs, ()) for runner, bufs, _ in kernels]) if on_cpu else None
-        self.stale = False  # a buffer from outside that the kernels read is no longer its tensor's value (assign)
+        # a buffer from outside (a weight) whose tensor gets another buffer (assign, or another replay's update)
+        # is read from that tensor's buffer from then on: recorded buffer -> (it, the tensor)
+        self.tracked: dict[int, tuple[Buffer, weakref.ref[Tensor]]] = {}
         for _, bufs, _ in kernels:
             for b in bufs:
                 if rec.roles[id(b)][0] == "outside": WATCHED.setdefault(id(b), weakref.WeakSet()).add(self)
-        # per output and per state, whether a kernel writes it (a fresh buffer per call) or not (the recorded one)
+        # per state, whether a kernel writes it (a fresh buffer per call) or not (the recorded one); per output,
+        # where its value comes from: a state's new buffer, an earlier output's, or a buffer of its own
         written = {id(b) for _, bufs, outs in kernels for b in bufs[:outs]}
-        self.fresh_outputs = [id(b) in written for b in rec.outputs]
         self.fresh_states = [id(after) in written for _, _, after in rec.states]
+        self.source: list[tuple[str, int]] = []
+        for k, b in enumerate(rec.outputs):
+            kind, n = rec.roles[id(b)]
+            self.source.append((kind, n) if kind in ("state-out", "output") and (kind, n) != ("output", k) else
+                               ("fresh", k) if id(b) in written else ("recorded", k))
         self.single = rec.out_shape == (Tensor, 0)  # the function returns one tensor
         self.ops = sum(runner.spec.flops for runner, _, _ in kernels)  # counted per replay in GlobalCounters
         self.mem = sum(runner.spec.mem_bytes for runner, _, _ in kernels)
         self.last: list[list[Any] | None] = [None] * len(rec.outputs)  # [view, its count, its buffer's] to reuse
-        swapped = [*rec.inputs, *rec.outputs, *(b for _, before, after in rec.states for b in (before, after) if b)]
+        swapped = [*rec.inputs, *rec.outputs, *(b for _, before, after in rec.states for b in (before, after))]
         self.where = {id(b): self.slots(b) for b in swapped} if self.graph is not None else {}
         self.bound: dict[int, Buffer] = {}
 
@@ -222,24 +229,31 @@ class Replay:
                 for args, slot in self.where[id(old)]: args[slot] = address
         else: self.bound = {id(old): new for old, new in swap}
 
+    def track(self, recorded: Buffer, t: Tensor) -> None:
+        """From now on read `recorded` (a buffer from outside) from t's buffer at each call."""
+        if id(recorded) not in self.tracked:
+            self.tracked[id(recorded)] = (recorded, weakref.ref(t))
+            if self.graph is not None: self.where[id(recorded)] = self.slots(recorded)
+
     def __call__(self, inputs: list[Buffer]) -> Any:
         rec = self.rec
-        if self.stale:
-            raise JitError("jit: a tensor the function reads was assigned a new value outside it, and the replay "
-                           "would read the recorded one; pass it as an argument, assign it inside, or reset()")
         swap: list[tuple[Buffer, Buffer]] = list(zip(rec.inputs, inputs, strict=True))
-        views = [self.output_view(k) if fresh else None for k, fresh in enumerate(self.fresh_outputs)]
-        swap += [(b, buffer_of(v.src[0])) for b, v in zip(rec.outputs, views, strict=True) if v is not None]
+        for recorded, ref in self.tracked.values():
+            if (t := ref()) is not None: swap.append((recorded, current(t)))
         new_states: list[Buffer] = []
         for (t, before, after), fresh in zip(rec.states, self.fresh_states, strict=True):
-            if before is not None:
-                if (now := stored_buffer(t.uop)) is None:
-                    raise JitError("jit: a tensor the function assigns holds a lazy value at this call (it was "
-                                   "given one outside the function and not realized): realize it first")
-                swap.append((before, now))
+            swap.append((before, current(t)))
             new = Buffer(after.device, after.size, after.dtype) if fresh else after
             if fresh: swap.append((after, new))
             new_states.append(new)
+        views: list[UOp | None] = []
+        for k, (kind, n) in enumerate(self.source):
+            if kind == "fresh":
+                views.append(view := self.output_view(k))
+                swap.append((rec.outputs[k], buffer_of(view.src[0])))
+            elif kind == "state-out": views.append(None)  # filled once the state has its view, below
+            elif kind == "output": views.append(views[n])
+            else: views.append(rec.out_tensors[k].uop)
         for buf, n in rec.recorder.draws: buf.copyin(Tensor.next_random_words(n))  # new random numbers
         self.bind(swap)
         GlobalCounters.kernel_count += len(rec.recorder.kernels)
@@ -249,21 +263,41 @@ class Replay:
         else:
             for runner, bufs, outs in rec.recorder.kernels:
                 runner(ExecItem(runner.spec.ast, [self.bound.get(id(b), b) for b in bufs], outs), wait=False)
+        state_views = []
         for (t, _, after), new in zip(rec.states, new_states, strict=True):
+            old = current(t)
             if new is not after: t.uop = UOp(Ops.RESHAPE, t.dtype, (buffer_uop(new),), t.shape)
-        tensors = [Tensor._from_uop(v if v is not None else o.uop, o.device)
-                   for o, v in zip(rec.out_tensors, views, strict=True)]
+            state_views.append(t.uop)
+            moved(t, old)
+        for k, (kind, n) in enumerate(self.source):
+            if kind == "state-out": views[k] = state_views[n]
+        tensors = [Tensor._from_uop(v, o.device) for o, v in zip(rec.out_tensors, views, strict=True)]
         return tensors[0] if self.single else unflatten(rec.out_shape, tensors)
 
 
-# id of a buffer from outside that replays read -> the replays reading it (made stale when it is assigned away)
+def current(t: Tensor) -> Buffer:
+    """The buffer holding t's value now, realizing it if it was given a lazy value."""
+    if (buf := stored_buffer(t.uop)) is None:
+        t.realize()
+        buf = stored_buffer(t.uop)
+    assert buf is not None
+    return buf
+
+
+# id of a buffer from outside that replays read -> those replays, which follow its tensor once it moves
 WATCHED: dict[int, weakref.WeakSet[Replay]] = {}
 
 
+def moved(t: Tensor, old: Buffer | None) -> None:
+    """t's value leaves buffer `old` (an assign, a recording or a replay gives it another): replays reading `old`
+    as a buffer from outside read t's buffer from now on."""
+    if old is not None and (replays := WATCHED.get(id(old))) is not None:
+        for replay in list(replays): replay.track(old, t)
+
+
 def watch_assign(t: Tensor) -> None:
-    """Tensor.assign outside a recording: a replay reading t's old buffer would read a stale value."""
-    if WATCHED and (buf := stored_buffer(t.uop)) is not None and (replays := WATCHED.get(id(buf))) is not None:
-        for replay in replays: replay.stale = True
+    """Tensor.assign outside a recording, before t changes."""
+    if WATCHED: moved(t, stored_buffer(t.uop))
 
 
 ASSIGN_HOOKS.append(watch_assign)
@@ -304,7 +338,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         if not kwargs and all(type(a) is Tensor for a in args):  # the common case, without the walk
             tensors, shape = list(args), len(args)
         else: shape = flatten((args, kwargs), tensors)
-        buffers = [as_input(t) for t in tensors]
+        buffers = [current(t) for t in tensors]
         first = {}
         key = (shape, tuple(first.setdefault(id(b), i) for i, b in enumerate(buffers)))
         described = [(t.shape, t.dtype, t.device) for t in tensors]
@@ -345,9 +379,11 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
             result = self.fn(*args, **kwargs)
             outs: list[Tensor] = []
             out_shape = flatten(result, outs)
-            states = [t for t, _ in recorder.assigned.values()]
-            pending = [t for t in [*outs, *states] if stored_buffer(t.uop) is None]
+            assigned = [t for t, _ in recorder.assigned.values()]
+            pending = [t for t in [*outs, *assigned] if stored_buffer(t.uop) is None]
             if pending: pending[0].realize(*pending[1:])
+            out_bufs = [stored_buffer(t.uop) for t in outs]  # (an input returned reads its alias: caught below)
+            after = [stored_buffer(t.uop) for t in assigned]
         finally:
             RECORDERS.remove(recorder)
             for t, u in zip(tensors, before, strict=True): t.uop = u
@@ -357,13 +393,18 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         if recorder.loops:
             raise JitError("jit: the function runs a loop (ember.scan with unroll=False) whose steps run from "
                            "Python: it cannot be recorded; jit the loop's caller without it, or unroll it")
-        for t in outs:
-            if stored_buffer(t.uop) is None: t.realize()
-        state_bufs = [(t, stored_buffer(before), stored_buffer(t.uop)) for t, before in recorder.assigned.values()]
-        states_ = [(t, before, after) for t, before, after in state_bufs if after is not None]
-        out_bufs = [stored_buffer(t.uop) for t in outs]
+        # an assigned tensor is state (a parameter, an optimizer's moment) when its value before the call was in a
+        # buffer from outside it; one made during the call (a constant, a value computed, a view of an argument)
+        # is computed anew by every replay
+        made = {id(b) for _, bufs, n in recorder.kernels for b in bufs[:n]} | set(recorder.copied) | \
+            {id(a) for a in aliases}
+        states = []
+        for (t, old), new in zip(recorder.assigned.values(), after, strict=True):
+            if (was := stored_buffer(old)) is not None and id(was) not in made and new is not None:
+                states.append((t, was, new))
         assert all(b is not None for b in out_bufs)
-        rec = Recording(recorder, aliases, out_bufs, out_shape, outs, states_)  # type: ignore[arg-type]
+        rec = Recording(recorder, aliases, out_bufs, out_shape, outs, states)  # type: ignore[arg-type]
+        for t, was, _ in states: moved(t, was)  # replays of other functions reading t's old buffer follow it
         return result, rec
 
 
