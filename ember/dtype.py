@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 import math
 import struct
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
@@ -35,12 +36,16 @@ class DType:
     kind: str  # "b" bool, "i" signed, "u" unsigned, "f" float, "v" void
     fmt: str | None  # struct format character, None where struct has none
     count: int = 1
+    # every UOp's key holds a dtype: its hash is made once (hashing all fields per lookup cost eager dispatch 10%),
+    # from the name's bytes, not hash(str), which differs between processes: a pickled dtype keeps its field
+    hashed: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None: object.__setattr__(self, "hashed", zlib.crc32(self.name.encode()) ^ self.count)
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.name}.vec({self.count})"
 
-    def __hash__(self) -> int:  # every UOp's key holds a dtype: hashing all five fields cost eager dispatch 10%
-        return hash(self.name) ^ self.count
+    def __hash__(self) -> int: return self.hashed
 
     @property
     def scalar(self) -> DType:
@@ -100,7 +105,10 @@ class PtrDType(DType):
     size: int = -1
     addrspace: AddrSpace = AddrSpace.GLOBAL
 
-    def __hash__(self) -> int: return hash(self.name) ^ self.count ^ self.size
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hashed", zlib.crc32(self.name.encode()) ^ self.count ^ (self.size << 8))
+
+    def __hash__(self) -> int: return self.hashed
 
     def __repr__(self) -> str:
         space = "" if self.addrspace is AddrSpace.GLOBAL else f", {self.addrspace}"

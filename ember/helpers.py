@@ -49,11 +49,11 @@ class ContextVar:
         self._value = v
         ContextVar.generation += 1
 
-    def __bool__(self) -> bool: return bool(self.value)
-    def __ge__(self, other: int) -> bool: return self.value >= other
-    def __gt__(self, other: int) -> bool: return self.value > other
-    def __lt__(self, other: int) -> bool: return self.value < other
-    def __le__(self, other: int) -> bool: return self.value <= other
+    def __bool__(self) -> bool: return bool(self._value)
+    def __ge__(self, other: int) -> bool: return self._value >= other
+    def __gt__(self, other: int) -> bool: return self._value > other
+    def __lt__(self, other: int) -> bool: return self._value < other
+    def __le__(self, other: int) -> bool: return self._value <= other
     def __repr__(self) -> str: return f"{self.key}={self.value}"
 
 

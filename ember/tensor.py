@@ -456,12 +456,14 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         tensors = (self, *others)
         items, views = schedule([t.uop for t in tensors], self.device)
         outputs = {buffer_of(v.src[0]) for t in tensors if (v := views[t.uop]).op is Ops.RESHAPE and
-                   v.src[0].op is Ops.BUFFER}
-        plan = run_schedule(items, outputs)
-        shared = {id(p.buf) for p in plan.placements} if plan is not None else set()
-        computed.update({node: view for node, view in views.items() if node is not view and not
-                         (view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and
-                          id(buffer_of(view.src[0])) in shared)})  # a shared buffer holds another value by now
+                   v.src[0].op is Ops.BUFFER} if len(items) > 2 else None  # (fewer share no memory)
+        if (plan := run_schedule(items, outputs)) is None:
+            computed.update({node: view for node, view in views.items() if node is not view})
+        else:
+            shared = {id(p.buf) for p in plan.placements}  # buffers that hold other values by now
+            computed.update({node: view for node, view in views.items() if node is not view and not
+                             (view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and
+                              id(buffer_of(view.src[0])) in shared)})
         for t, view in [(t, views[t.uop]) for t in tensors]:
             if not t._carries_gradient(): t.uop = view
         return self

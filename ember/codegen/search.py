@@ -227,7 +227,7 @@ class Bench:
         return seconds
 
     def run(self, program: Any) -> float:
-        return program(*(b.raw for b in self.bufs), wait=True)
+        return program(*self.bufs, wait=True)
 
     def repeat(self, program: Any, estimate: float) -> float:
         """The fastest of as many runs as fit RUN_BUDGET_S for a kernel of about `estimate` seconds, within MIN_RUNS

@@ -64,7 +64,7 @@ class CompiledRunner:
     program: object
 
     def __call__(self, item: ExecItem, wait: bool) -> float | None:
-        return self.program(*(b.raw for b in item.bufs), wait=wait)  # type: ignore[operator]
+        return self.program(*item.bufs, wait=wait)  # type: ignore[operator]
 
 
 _runners: dict[tuple[str, UOp], CompiledRunner] = {}

@@ -23,6 +23,7 @@ from typing import Any
 
 from ember.device import (
     Allocator,
+    Buffer,
     Compiled,
     Compiler,
     cache_write,
@@ -287,13 +288,15 @@ class CPUProgram:
             self.pool = thread_pool(compiler or CCompiler())
 
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        """Run on `bufs`: Buffers (their cached addresses) or host arrays."""
         start = time.perf_counter() if wait else 0.0
+        addresses = [b.address if type(b) is Buffer else b.ctypes.data for b in bufs]
         if self.threads > 1:
-            args = (ctypes.c_void_p * (len(bufs) + len(vals)))(*(b.ctypes.data for b in bufs), *vals)
+            args = (ctypes.c_void_p * (len(bufs) + len(vals)))(*addresses, *vals)
             if self.pool(self.task, args, self.threads) != 0:
                 raise RuntimeError(f"{self.name}: the pool could not start {self.threads} threads (at most 1024)")
         else:
-            self.fn(*[ctypes.c_void_p(b.ctypes.data) for b in bufs], *[ctypes.c_int32(v) for v in vals])
+            self.fn(*[ctypes.c_void_p(a) for a in addresses], *[ctypes.c_int32(v) for v in vals])
         return time.perf_counter() - start if wait else None
 
 

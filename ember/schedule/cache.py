@@ -25,7 +25,7 @@ from ember.helpers import ContextVar
 from ember.schedule.kernelize import ExecItem, LoopItem, computed, create_schedule
 from ember.uop.ops import Ops, UOp, arg_key
 
-CACHE_SIZE = 4096  # templates kept; the least recently used goes first
+CACHE_SIZE = 4096  # templates kept; the first made goes first
 
 
 @dataclass(frozen=True)
@@ -61,25 +61,32 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     buffers: list[Buffer] = []
     numbers: dict[int, int] = {}  # id(Buffer) -> its number
     stored_view = computed.get
-    stack: list[tuple[UOp, UOp | None]] = [(u, None) for u in reversed(outputs)]
-    while stack:  # post-order without recursion: a node is pushed back (with its view, if stored) under its sources
-        u, view = stack.pop()
-        if u in place: continue
-        if view is None:
-            if (view := stored_view(u)) is None: view = u
-            stack.append((u, view))
-            below = (view,) if view is not u else u.src
-            stack.extend((s, None) for s in reversed(below) if s not in place)
+    stack: list[UOp] = outputs[::-1]
+    views: dict[UOp, UOp] = {}  # nodes seen once (their sources pushed) -> their view, or themselves
+    while stack:  # post-order without recursion: a node stays under its sources until they have places
+        u = stack[-1]
+        if u in place:
+            stack.pop()
             continue
+        if (view := views.get(u)) is None:
+            if (view := stored_view(u)) is None: view = u
+            views[u] = view
+            if view is not u: stack.append(view)
+            else:
+                for s in u.src[::-1]:
+                    if s not in place: stack.append(s)
+            continue
+        stack.pop()
         if view is not u: entry: tuple = ("stored", place[view])
         elif u.op is Ops.BUFFER:
             buf = buffer_of(u)
             if (k := numbers.get(id(buf))) is None:
                 k = numbers[id(buf)] = len(buffers)
                 buffers.append(buf)
-            entry = ("buffer", k, u.dtype, buf.device, buf.size)
+            entry = ("buffer", k, u.dtype.name, u.dtype.count, buf.device, buf.size)
         elif u.op is Ops.FOLD: return None
-        else: entry = (u.op, u.dtype, arg_key(u.arg), *[place[s] for s in u.src])
+        # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
+        else: entry = (u.op, u.dtype.name, u.dtype.count, arg_key(u.arg), *[place[s] for s in u.src])
         place[u] = len(nodes)
         nodes.append(u)
         signature.append(entry)
@@ -129,10 +136,8 @@ def schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | LoopItem]
     one."""
     graph = structure(outputs, device)
     if graph is None: return create_schedule(outputs, device)
-    if (t := templates.pop(graph.key, False)) is not False:
-        templates[graph.key] = t  # now the most recently used
-        if t is not None: return instantiate(t, graph, outputs)
-        return create_schedule(outputs, device)
+    if (t := templates.get(graph.key, False)) is not False:  # (the key is long: hashed once per call)
+        return instantiate(t, graph, outputs) if t is not None else create_schedule(outputs, device)
     items, views = create_schedule(outputs, device)
     if len(templates) >= CACHE_SIZE: del templates[next(iter(templates))]
     templates[graph.key] = make_template(graph, items, views)
