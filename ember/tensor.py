@@ -22,6 +22,7 @@ import numpy as np
 
 from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
+from ember.engine.realize import run_schedule
 from ember.errors import AxisError, DeviceError, DTypeError, EmberError, ShapeError
 from ember.helpers import ASSIGN_HOOKS, RECORDERS, prod
 from ember.mixin.activation import ActivationMixin
@@ -33,6 +34,8 @@ from ember.mixin.nn import NNMixin
 from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
 from ember.mixin.scan import ScanMixin
+from ember.schedule import cache as schedule_cache
+from ember.schedule.kernelize import computed, is_constant
 from ember.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
@@ -450,19 +453,17 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         """Compute self (and `others`) into device buffers; afterwards each reads its buffer. A tensor a gradient
         can pass through keeps its graph for backward(), as reading a torch tensor changes nothing; later schedules
         read its buffer all the same (kernelize.computed)."""
-        from ember.engine.realize import run_schedule
-        from ember.schedule.cache import schedule
-        from ember.schedule.kernelize import computed
         tensors = (self, *others)
-        items, views = schedule([t.uop for t in tensors], self.device)
+        items, views = schedule_cache.schedule([t.uop for t in tensors], self.device)
         outputs = {buffer_of(v.src[0]) for t in tensors if (v := views[t.uop]).op is Ops.RESHAPE and
                    v.src[0].op is Ops.BUFFER} if len(items) > 2 else None  # (fewer share no memory)
-        if (plan := run_schedule(items, outputs)) is None:
-            computed.update({node: view for node, view in views.items() if node is not view})
+        if (plan := run_schedule(items, outputs)) is None:  # (a constant is cheaper made again than read)
+            computed.update({node: view for node, view in views.items() if node is not view and
+                             not is_constant(node)})
         else:
             shared = {id(p.buf) for p in plan.placements}  # buffers that hold other values by now
             computed.update({node: view for node, view in views.items() if node is not view and not
-                             (view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and
+                             is_constant(node) and not (view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and
                               id(buffer_of(view.src[0])) in shared)})
         for t, view in [(t, views[t.uop]) for t in tensors]:
             if not t._carries_gradient(): t.uop = view

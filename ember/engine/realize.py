@@ -181,7 +181,8 @@ def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None =
     outputs), the others, intermediates, share memory where their lifetimes allow if they take PLAN_MIN_BYTES or
     more; the plan is returned (its buffers hold views of an arena: what they held is not to be read after)."""
     if DEBUG >= 2: print_schedule(schedule)
-    prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])
+    if any((item.bufs[0].device, item.ast) not in _runners for item in kernels(schedule)):  # (usually all are)
+        prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])
     plan = None
     if keep is not None and len(schedule) > 2:
         temporary = {id(b): b for item in schedule for b in item.bufs[:item.outs] if b not in keep}
@@ -209,20 +210,22 @@ def run_loop(item: LoopItem, run: Callable[[list[ExecItem | LoopItem]], None]) -
 
 
 def run_items(schedule: list[ExecItem | LoopItem]) -> None:
+    debug = DEBUG >= 1
     for item in schedule:
-        if isinstance(item, LoopItem):
+        if type(item) is LoopItem:
             run_loop(item, run_items)
             continue
-        runner = get_runner(item.bufs[0].device, item.ast)
+        if (runner := _runners.get((item.bufs[0].device, item.ast))) is None:
+            runner = get_runner(item.bufs[0].device, item.ast)
         if RECORDERS: RECORDERS[-1].kernel(runner, item.bufs, item.outs)
         start = time.perf_counter()
-        elapsed = runner(item, wait=DEBUG >= 1)
+        elapsed = runner.program(*item.bufs, wait=debug)  # type: ignore[operator]
         elapsed = elapsed if elapsed is not None else time.perf_counter() - start
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += runner.spec.flops
         GlobalCounters.global_mem += runner.spec.mem_bytes
         GlobalCounters.time_sum_s += elapsed
-        if DEBUG >= 1:
+        if debug:
             print(f"*** {item.bufs[0].device:4s} {GlobalCounters.kernel_count:4d} {runner.spec.name:24s} "
                   f"{len(item.bufs)} bufs  {elapsed * 1e6:9.2f} us  {runner.spec.flops / 1e6:8.2f} MOPs  "
                   f"{runner.spec.mem_bytes / 1e6:8.2f} MB" +

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.dtype import DType, as_python_number, dtypes, promote_operands, to_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
-from ember.uop.ops import Ops, UOp, constant_of
+from ember.uop.ops import Ops, UOp, arg_key, constant_of
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -71,6 +71,21 @@ def _int_power(x: Tensor, n: int) -> Tensor:
     return x.ones_like() if result is None else result
 
 
+BROADCAST_CONSTANTS: dict[tuple, UOp] = {}  # (dtype, value's key, shape) -> the constant broadcast: kept, so that
+# `x + 1` in a loop builds one node, not four (the eager dispatch of a small op is mostly building and freeing nodes)
+
+
+def broadcast_constant(dtype: DType, value: float | int, shape: tuple[int, ...]) -> UOp:
+    """`value` of `dtype` broadcast to `shape`, as _broadcast_to would make it, without its checks."""
+    key = (dtype, type(value), arg_key(value), shape)
+    if (c := BROADCAST_CONSTANTS.get(key)) is None:
+        c = UOp.const(dtype, value)
+        if shape: c = UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (c,), (1,) * len(shape)),), shape)
+        if len(BROADCAST_CONSTANTS) >= 512: del BROADCAST_CONSTANTS[next(iter(BROADCAST_CONSTANTS))]
+        BROADCAST_CONSTANTS[key] = c
+    return c
+
+
 class ElementwiseMixin:
     """Operators and math functions of Tensor."""
 
@@ -87,10 +102,7 @@ class ElementwiseMixin:
                 return [self, other]
             if (type(other) is float or (type(other) is int and -2**63 <= other < 2**64)) and self.dtype.is_float:
                 # a float tensor keeps its dtype for a number
-                c = UOp.const(self.dtype, other)  # broadcast as _broadcast_to would, without its checks (eager speed)
-                if self.shape: c = UOp(Ops.EXPAND, c.dtype, (UOp(Ops.RESHAPE, c.dtype, (c,), (1,) * self.ndim),),
-                                       self.shape)
-                return [self, self._wrap(c)]
+                return [self, self._wrap(broadcast_constant(self.dtype, other, self.shape))]
         if dtype is None:
             dtype = promote_values([self, *(o for o in others if isinstance(o, Tensor))],
                                    [o for o in others if not isinstance(o, Tensor)])

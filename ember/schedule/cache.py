@@ -17,7 +17,9 @@ their scheduling costs little next to their loop.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import DType
@@ -39,8 +41,7 @@ class Template:
     views: tuple[tuple[int, int, DType, tuple], ...]  # (node's place in the walk, new buffer, dtype, shape)
 
 
-@dataclass
-class Graph:
+class Graph(NamedTuple):
     """A graph as `structure` walked it: its key, its nodes in post-order and its buffers in order of first use."""
 
     key: tuple
@@ -60,20 +61,23 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     signature: list[tuple] = []
     buffers: list[Buffer] = []
     numbers: dict[int, int] = {}  # id(Buffer) -> its number
-    stored_view = computed.get
-    stack: list[UOp] = outputs[::-1]
+    # computed.get without its Python frame: a UOp already has a weak reference (the node cache's), which ref()
+    # returns again, and the weak dictionary keys by such references
+    stored, ref = computed.data.get, weakref.ref
     views: dict[UOp, UOp] = {}  # nodes seen once (their sources pushed) -> their view, or themselves
+    stack: list[UOp] = outputs[::-1]
+    at = place.__getitem__
     while stack:  # post-order without recursion: a node stays under its sources until they have places
         u = stack[-1]
         if u in place:
             stack.pop()
             continue
         if (view := views.get(u)) is None:
-            if (view := stored_view(u)) is None: view = u
+            if (view := stored(ref(u))) is None: view = u
             views[u] = view
             if view is not u: stack.append(view)
             else:
-                for s in u.src[::-1]:
+                for s in u.src:
                     if s not in place: stack.append(s)
             continue
         stack.pop()
@@ -86,12 +90,11 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
             entry = ("buffer", k, u.dtype.name, u.dtype.count, buf.device, buf.size)
         elif u.op is Ops.FOLD: return None
         # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
-        else: entry = (u.op, u.dtype.name, u.dtype.count, arg_key(u.arg), *[place[s] for s in u.src])
+        else: entry = (u.op, u.dtype.name, u.dtype.count, arg_key(u.arg), *map(at, u.src))
         place[u] = len(nodes)
         nodes.append(u)
         signature.append(entry)
-    key = (device, ContextVar.generation, tuple(place[o] for o in outputs), tuple(signature))
-    return Graph(key, nodes, buffers)
+    return Graph((device, ContextVar.generation, tuple(map(at, outputs)), tuple(signature)), nodes, buffers)
 
 
 def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UOp, UOp]) -> Template | None:

@@ -96,6 +96,12 @@ def kernels(items: Sequence[ExecItem | LoopItem]) -> Iterator[ExecItem]:
         else: yield item
 
 
+def is_constant(u: UOp) -> bool:
+    """The node is a constant, reshaped or broadcast: cheaper made again by a kernel than read from a buffer."""
+    while u.op in GroupOp.Movement or u.op is Ops.DETACH: u = u.src[0]
+    return u.op is Ops.CONST
+
+
 def is_buffer_view(u: UOp) -> bool:
     """The node reads a whole buffer in order (the buffer, reshaped any number of times): no kernel needed."""
     while u.op is Ops.RESHAPE: u = u.src[0]

@@ -13,7 +13,7 @@ import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ember.dtype import DType, PtrDType, dtypes, truncate
 
@@ -101,9 +101,9 @@ class VarArg:
     max: int
 
 
-@dataclass(frozen=True, slots=True)
-class BufferArg:
-    """The arg of a tensor-level BUFFER: a process-unique id, its device and its element count."""
+class BufferArg(NamedTuple):
+    """The arg of a tensor-level BUFFER: a process-unique id, its device and its element count. A NamedTuple: its
+    hash is the tuple's, in C (a new buffer per eager op hashes it to make its node and to drop it)."""
 
     uid: int
     device: str
