@@ -126,6 +126,11 @@ class ElementwiseMixin:
         return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
 
     def _binary(self: Tensor, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
+        if (type(other) is float or (type(other) is int and -2**63 <= other < 2**64)) and self.dtype.is_float:
+            # x + 1 on a float tensor, the common case: straight to its node (as _operands would make it)
+            c = broadcast_constant(self.dtype, other, self.shape)
+            out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else self.dtype
+            return self._wrap(UOp(op, out, (c, self.uop) if reverse else (self.uop, c)))
         a, b = self._operands(name, other)
         if reverse: a, b = b, a
         out_dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else a.dtype

@@ -25,7 +25,7 @@ from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import DType
 from ember.helpers import ContextVar
 from ember.schedule.kernelize import ExecItem, LoopItem, computed, create_schedule
-from ember.uop.ops import Ops, UOp, arg_key
+from ember.uop.ops import Ops, UOp
 
 CACHE_SIZE = 4096  # templates kept; the first made goes first
 
@@ -90,7 +90,10 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
             entry = ("buffer", k, u.dtype.name, u.dtype.count, buf.device, buf.size)
         elif u.op is Ops.FOLD: return None
         # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
-        else: entry = (u.op, u.dtype.name, u.dtype.count, arg_key(u.arg), *map(at, u.src))
+        else:
+            arg = u.arg  # (arg_key, inline: a float by its bits)
+            entry = (u.op, u.dtype.name, u.dtype.count, ("float", arg.hex()) if type(arg) is float else arg,
+                     *map(at, u.src))
         place[u] = len(nodes)
         nodes.append(u)
         signature.append(entry)

@@ -152,10 +152,10 @@ class UOpMetaClass(type):
     cache: dict[tuple, weakref.ReferenceType[UOp]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, arg_key(arg))
+        key = (op, dtype, src, ("float", arg.hex()) if type(arg) is float else arg)  # (arg_key, inline)
         if (ref := UOpMetaClass.cache.get(key)) is not None and (node := ref()) is not None: return node
-        node = super().__call__(op, dtype, src, arg)
-        node._key = key
+        node = object.__new__(cls)  # (the fields set here, without an __init__ frame: every node is made here)
+        node.op, node.dtype, node.src, node.arg, node._key = op, dtype, src, arg, key
         ref = weakref.ref(node)
         # setdefault is one step under the GIL: two threads building the same node (a native build in the
         # background, function.py) both get the one that was stored first
@@ -214,9 +214,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     """An immutable, hash-consed IR node. Compare with `is`; never mutate."""
 
     __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
-
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None:
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
 
     def __del__(self) -> None:
         try:
