@@ -10,6 +10,7 @@ import functools
 import hashlib
 import math
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -76,9 +77,19 @@ MAX_CXX_BYTES = ContextVar("EMBER_MAX_CXX_BYTES", 8_000_000)
 UNROLL = ContextVar("UNROLL", 64)  # most STOREs rangeify unrolls a kernel's small branching output axes into; 0: none
 
 
-# The recorders of the jitted calls running now (engine/jit.py), innermost last: what runs is told to the last one.
-# Here, below every module that reports to it (realize, Tensor.assign, Buffer.copyin, random draws).
-RECORDERS: list[Any] = []
+class Recorders(threading.local):
+    """The recorders of the jitted calls running now in this thread (engine/jit.py), innermost last: what runs is
+    told to the last one. Per thread: another thread's eager kernels are not this call's. Here, below every module
+    that reports to it (realize, Tensor.assign, Buffer.copyin, random draws)."""
+
+    def __init__(self) -> None: self.stack: list[Any] = []
+    def __bool__(self) -> bool: return bool(self.stack)
+    def __getitem__(self, i: int) -> Any: return self.stack[i]
+    def append(self, recorder: Any) -> None: self.stack.append(recorder)
+    def remove(self, recorder: Any) -> None: self.stack.remove(recorder)
+
+
+RECORDERS = Recorders()
 ASSIGN_HOOKS: list[Any] = []  # called with each tensor Tensor.assign gives a new value outside a recording
 
 

@@ -11,7 +11,8 @@ buffers, with fresh buffers for the outputs and the new values of the assigned t
 
 Calls are keyed by the non-Tensor arguments (by type and value: 2 and 2.0 record apart) and by which Tensor
 arguments share a buffer. A tensor the function reads from outside (a weight) that gets a new value outside it
-(assign, or another jitted function's update) is followed: the replay reads its buffer of the moment. An assigned
+(assign, or another jitted function's update) is followed: the replay reads its buffer of the moment (so does a
+view of the weight taken before, which eager ember would leave on the old value: a known difference). An assigned
 tensor is state only if its value came from outside the call; one made inside is computed anew each time. Known
 footguns raise a JitError instead of replaying wrong values:
 - a Tensor input whose shape, dtype or device differs from the recorded call's;
@@ -29,10 +30,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.engine.memory import MemoryPlan, plan_memory
@@ -41,7 +45,7 @@ from ember.errors import EmberError
 from ember.helpers import ASSIGN_HOOKS, DEBUG, RECORDERS
 from ember.schedule.kernelize import ExecItem, computed
 from ember.tensor import Tensor
-from ember.uop.ops import Ops, UOp, arg_key
+from ember.uop.ops import Ops, UOp
 
 
 class JitError(EmberError, RuntimeError):
@@ -69,29 +73,37 @@ class Recorder:
         if id(t) not in self.assigned: self.assigned[id(t)] = (t, t.uop)
 
 
-def flatten(value: Any, tensors: list[Tensor]) -> Any:
-    """`value` with each Tensor in it (in lists, tuples and dicts) replaced by its number in `tensors`: the
-    hashable shape of the arguments, which keys a recording."""
+def flatten(value: Any, tensors: list[Tensor], values: list[Any] | None = None) -> Any:
+    """`value` with each Tensor in it (in lists, tuples and dicts, their subclasses too) replaced by its number in
+    `tensors`, and every other value by its type and key (a float by its bits: 2 and 2.0, 0.0 and -0.0, NaN and
+    NaN key as they compute): the hashable shape of the arguments, which keys a recording. With `values` (a call's
+    result), the other values are kept there, by number, to be given back."""
     if isinstance(value, Tensor):
         tensors.append(value)
-        return (Tensor, len(tensors) - 1)
-    if isinstance(value, (list, tuple)): return (type(value), tuple(flatten(v, tensors) for v in value))
-    if isinstance(value, dict): return (dict, tuple((k, flatten(v, tensors)) for k, v in value.items()))
+        return ("tensor", len(tensors) - 1)
+    if isinstance(value, (list, tuple)): return ("seq", type(value), tuple(flatten(v, tensors, values) for v in value))
+    if isinstance(value, dict):
+        return ("map", type(value), tuple((k, flatten(v, tensors, values)) for k, v in value.items()))
+    key = ("float", float(value).hex()) if isinstance(value, (float, np.floating)) else value
     try:
-        hash(value)
+        hash(key)
     except TypeError:
         raise JitError(f"jit: an argument of type {type(value).__name__} cannot key a recording (it is not "
                        f"hashable); pass arrays as Tensors") from None
-    return (type(value), arg_key(value), value)  # 2 and 2.0, 0.0 and -0.0 record apart: they compute differently
+    if values is None: return ("value", type(value), key)
+    values.append(value)
+    return ("value", type(value), key, len(values) - 1)
 
 
-def unflatten(shape: Any, tensors: list[Tensor]) -> Any:
-    if type(shape) is tuple and len(shape) == 2 and shape[0] is Tensor: return tensors[shape[1]]
-    if type(shape) is tuple and len(shape) == 2 and shape[0] in (list, tuple):
-        return shape[0](unflatten(v, tensors) for v in shape[1])
-    if type(shape) is tuple and len(shape) == 2 and shape[0] is dict:
-        return {k: unflatten(v, tensors) for k, v in shape[1]}
-    return shape[2] if type(shape) is tuple and len(shape) == 3 else shape
+def unflatten(shape: Any, tensors: list[Tensor], values: list[Any]) -> Any:
+    """The value `flatten` made `shape` of, with `tensors` and `values` in its places."""
+    kind = shape[0]
+    if kind == "tensor": return tensors[shape[1]]
+    if kind == "value": return values[shape[3]]
+    kind, cls, items = shape
+    if kind == "map": return cls((k, unflatten(v, tensors, values)) for k, v in items)
+    made = [unflatten(v, tensors, values) for v in items]
+    return cls(*made) if hasattr(cls, "_fields") else cls(made)  # (a NamedTuple takes its fields one by one)
 
 
 def stored_buffer(u: UOp) -> Buffer | None:
@@ -112,6 +124,7 @@ class Recording:
     out_shape: Any
     out_tensors: list[Tensor]
     states: list[tuple[Tensor, Buffer, Buffer]]  # (tensor, buffer before, buffer after)
+    out_values: list[Any]  # the result's values other than tensors, given back by every replay
     roles: dict[int, tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -190,13 +203,14 @@ class Replay:
             kind, n = rec.roles[id(b)]
             self.source.append((kind, n) if kind in ("state-out", "output") and (kind, n) != ("output", k) else
                                ("fresh", k) if id(b) in written else ("recorded", k))
-        self.single = rec.out_shape == (Tensor, 0)  # the function returns one tensor
+        self.single = rec.out_shape == ("tensor", 0)  # the function returns one tensor
         self.ops = sum(runner.spec.flops for runner, _, _ in kernels)  # counted per replay in GlobalCounters
         self.mem = sum(runner.spec.mem_bytes for runner, _, _ in kernels)
         self.last: list[list[Any] | None] = [None] * len(rec.outputs)  # [view, its count, its buffer's] to reuse
         swapped = [*rec.inputs, *rec.outputs, *(b for _, before, after in rec.states for b in (before, after))]
         self.where = {id(b): self.slots(b) for b in swapped} if self.graph is not None else {}
         self.bound: dict[int, Buffer] = {}
+        self.lock = threading.Lock()
 
     @property
     def kernels(self) -> list[tuple[CompiledRunner, list[Buffer], int]]:
@@ -236,6 +250,9 @@ class Replay:
             if self.graph is not None: self.where[id(recorded)] = self.slots(recorded)
 
     def __call__(self, inputs: list[Buffer]) -> Any:
+        with self.lock: return self.run(inputs)  # (two threads would swap each other's pointers in)
+
+    def run(self, inputs: list[Buffer]) -> Any:
         rec = self.rec
         swap: list[tuple[Buffer, Buffer]] = list(zip(rec.inputs, inputs, strict=True))
         for recorded, ref in self.tracked.values():
@@ -272,7 +289,7 @@ class Replay:
         for k, (kind, n) in enumerate(self.source):
             if kind == "state-out": views[k] = state_views[n]
         tensors = [Tensor._from_uop(v, o.device) for o, v in zip(rec.out_tensors, views, strict=True)]
-        return tensors[0] if self.single else unflatten(rec.out_shape, tensors)
+        return tensors[0] if self.single else unflatten(rec.out_shape, tensors, rec.out_values)
 
 
 def current(t: Tensor) -> Buffer:
@@ -334,13 +351,15 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         self.shapes.clear()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if RECORDERS: return self.fn(*args, **kwargs)  # inside another jitted call's recording: that one records it
         tensors: list[Tensor] = []
         if not kwargs and all(type(a) is Tensor for a in args):  # the common case, without the walk
             tensors, shape = list(args), len(args)
         else: shape = flatten((args, kwargs), tensors)
         buffers = [current(t) for t in tensors]
-        first = {}
-        key = (shape, tuple(first.setdefault(id(b), i) for i, b in enumerate(buffers)))
+        first: dict[int, int] = {}
+        # the mode is part of the key: dropout and batchnorm compute otherwise in training, nothing differs in no_grad
+        key = (shape, tuple(first.setdefault(id(b), i) for i, b in enumerate(buffers)), Tensor.training)
         described = [(t.shape, t.dtype, t.device) for t in tensors]
         if (known := self.shapes.setdefault(key, described)) != described:
             i, (was, now) = next((i, p) for i, p in enumerate(zip(known, described, strict=True)) if p[0] != p[1])
@@ -350,15 +369,16 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         if (replay := self.replays.get(key)) is not None: return replay(buffers)
         result, rec = self.record(args, kwargs, tensors, buffers)
         done = self.recordings.setdefault(key, [])
-        if done and done[-1].signature() == rec.signature():
+        if done and done[-1].signature() == rec.signature() and done[-1].out_shape == rec.out_shape:
             self.replays[key] = Replay(rec)
             del self.recordings[key]
         elif len(done) >= 2:
             raise JitError(f"jit: {getattr(self.fn, '__name__', 'the function')}'s calls do not run the same "
-                           f"kernels on the same buffers ({differ(done[-1], rec)}): a Python value it reads (a "
-                           f"global, an attribute, a closure variable) changes between calls, and a replay would "
-                           f"keep the recorded one; pass it as a Tensor argument (or as a non-Tensor argument, "
-                           f"which keys the recordings)")
+                           f"kernels on the same buffers, or return other Python values ({differ(done[-1], rec)}): "
+                           f"a Python value it reads (a global, an attribute, a closure variable, a tensor's value "
+                           f"read with .item() or .numpy()) changes between calls, and a replay would keep the "
+                           f"recorded one; pass it as a Tensor argument (or as a non-Tensor argument, which keys "
+                           f"the recordings), and return tensors, not values read from them")
         else: done.append(rec)
         return result
 
@@ -370,7 +390,10 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         # function equal to a node an input was realized from (Tensor.ones(n) and a constant) reads the input's
         # buffer through kernelize.computed, which a replay must not swap for the next call's input
         aliases = [Buffer(b.device, b.size, b.dtype) for b in buffers]
-        for alias, b in zip(aliases, buffers, strict=True): alias._raw = b.raw[:]  # a view: never freed for reuse
+        for alias, b in zip(aliases, buffers, strict=True):
+            alias._raw = b.raw[:]  # a view: never put back for reuse by its own freeing
+            alias.__dict__["base"] = b  # and the buffer whose memory it is lives as long: a lazy value kept from the
+            # call (self.cache = x * 2) reads it
         before = [t.uop for t in tensors]
         for t, alias in zip(tensors, aliases, strict=True):
             t.uop = UOp(Ops.RESHAPE, t.dtype, (buffer_uop(alias),), t.shape)
@@ -378,7 +401,8 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         try:
             result = self.fn(*args, **kwargs)
             outs: list[Tensor] = []
-            out_shape = flatten(result, outs)
+            out_values: list[Any] = []
+            out_shape = flatten(result, outs, out_values)
             assigned = [t for t, _ in recorder.assigned.values()]
             pending = [t for t in [*outs, *assigned] if stored_buffer(t.uop) is None]
             if pending: pending[0].realize(*pending[1:])
@@ -403,7 +427,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
             if (was := stored_buffer(old)) is not None and id(was) not in made and new is not None:
                 states.append((t, was, new))
         assert all(b is not None for b in out_bufs)
-        rec = Recording(recorder, aliases, out_bufs, out_shape, outs, states)  # type: ignore[arg-type]
+        rec = Recording(recorder, aliases, out_bufs, out_shape, outs, states, out_values)  # type: ignore[arg-type]
         for t, was, _ in states: moved(t, was)  # replays of other functions reading t's old buffer follow it
         return result, rec
 

@@ -100,8 +100,10 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     return Graph((device, ContextVar.generation, tuple(map(at, outputs)), tuple(signature)), nodes, buffers)
 
 
-def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UOp, UOp]) -> Template | None:
-    """The template of a schedule create_schedule made for `graph`; None where it has a loop."""
+def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UOp, UOp], outputs: list[UOp]
+                  ) -> Template | None:
+    """The template of a schedule create_schedule made for `graph`; None where it has a loop, or reads what the
+    walk did not see (below)."""
     if any(isinstance(item, LoopItem) for item in items): return None
     number = {id(b): k for k, b in enumerate(graph.buffers)}
     new: list[Buffer] = []
@@ -114,12 +116,19 @@ def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UO
 
     refs = tuple((item.ast, tuple(ref(b) for b in item.bufs), item.outs) for item in items
                  if isinstance(item, ExecItem))
+    written = {id(b) for item in items for b in item.bufs[:item.outs]}
     place = {u: i for i, u in enumerate(graph.nodes)}
     stored = []
     for node, view in views.items():
         if node not in place or view.op is not Ops.RESHAPE or view.src[0].op is not Ops.BUFFER: continue
         k = ref(buffer_of(view.src[0]))
         if k >= len(graph.buffers): stored.append((place[node], k - len(graph.buffers), view.dtype, view.arg))
+    # not kept: a schedule reading a buffer its graph does not hold (kernelize found a node stored once a source
+    # was swapped for its buffer: the walk does not see it), or an output read through a view of a stored node
+    # (RESHAPE(RESHAPE(BUFFER))): a template would hand later graphs a buffer nothing writes, or a lazy output
+    if any(id(b) not in written for b in new): return None
+    if any(views[o] is not o and not (views[o].op is Ops.RESHAPE and views[o].src[0].op is Ops.BUFFER)
+           for o in outputs): return None
     return Template(len(graph.buffers), tuple((b.device, b.size, b.dtype) for b in new), refs, tuple(stored))
 
 
@@ -146,5 +155,5 @@ def schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | LoopItem]
         return instantiate(t, graph, outputs) if t is not None else create_schedule(outputs, device)
     items, views = create_schedule(outputs, device)
     if len(templates) >= CACHE_SIZE: del templates[next(iter(templates))]
-    templates[graph.key] = make_template(graph, items, views)
+    templates[graph.key] = make_template(graph, items, views, outputs)
     return items, views
