@@ -454,7 +454,9 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         can pass through keeps its graph for backward(), as reading a torch tensor changes nothing; later schedules
         read its buffer all the same (kernelize.computed)."""
         tensors = (self, *others)
-        items, views = schedule_cache.schedule([t.uop for t in tensors], self.device)
+        uops = [t.uop for t in tensors]
+        graph = schedule_cache.structure(uops, self.device)
+        items, views = schedule_cache.schedule(uops, self.device, graph)
         outputs = {buffer_of(v.src[0]) for t in tensors if (v := views[t.uop]).op is Ops.RESHAPE and
                    v.src[0].op is Ops.BUFFER} if len(items) > 2 else None  # (fewer share no memory)
         if (plan := run_schedule(items, outputs)) is None:  # (a constant is cheaper made again than read)
@@ -465,8 +467,14 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
             computed.update({node: view for node, view in views.items() if node is not view and not
                              is_constant(node) and not (view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and
                               id(buffer_of(view.src[0])) in shared)})
+        # whether a tensor keeps its graph for backward: the walk's nodes show it for a single tensor, where it
+        # swapped no stored node for its view (what lies below that node is unseen); else a walk of its own
+        leaves = Tensor._leaf_uops() if Tensor._needs_grad and not Tensor.no_grad else None
+        walked = graph.nodes if graph is not None and not graph.stored and not others else None
         for t, view in [(t, views[t.uop]) for t in tensors]:
-            if not t._carries_gradient(): t.uop = view
+            if leaves is None or id(t) in Tensor._needs_grad or \
+                    leaves.isdisjoint(walked if walked is not None else t.uop.toposort()):
+                t.uop = view
         return self
 
     def _stored(self) -> UOp:
@@ -479,8 +487,13 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         """Whether backward() could pass a gradient through self: it is computed from a tensor that requires grad
         (a leaf that requires grad is where gradients end: realizing an update to it stores the new value)."""
         if Tensor.no_grad or not Tensor._needs_grad or id(self) in Tensor._needs_grad: return False
-        graph = self.uop.toposort()
-        return any(t.uop in graph for t in list(Tensor._needs_grad.values()))
+        return not Tensor._leaf_uops().isdisjoint(self.uop.toposort())
+
+    @staticmethod
+    def _leaf_uops() -> set[UOp]:
+        """The nodes of the tensors that require grad (from the weak dictionary's references: a third of the time
+        of its values())."""
+        return {t.uop for ref in list(Tensor._needs_grad.data.values()) if (t := ref()) is not None}
 
     def contiguous(self) -> Tensor:
         """self stored in row-major order when realized: self itself when it reads a whole buffer in order already

@@ -47,6 +47,7 @@ class Graph(NamedTuple):
     key: tuple
     nodes: list[UOp]
     buffers: list[Buffer]
+    stored: bool  # a node stood for by the view of its stored value (what lies below it was not walked)
 
 
 templates: dict[tuple, Template | None] = {}  # None: the graph is not one to keep (see make_template)
@@ -65,6 +66,7 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     # returns again, and the weak dictionary keys by such references
     stored, ref = computed.data.get, weakref.ref
     views: dict[UOp, UOp] = {}  # nodes seen once (their sources pushed) -> their view, or themselves
+    swapped = False  # a node was walked as the view of its stored value
     stack: list[UOp] = outputs[::-1]
     at = place.__getitem__
     while stack:  # post-order without recursion: a node stays under its sources until they have places
@@ -81,7 +83,9 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
                     if s not in place: stack.append(s)
             continue
         stack.pop()
-        if view is not u: entry: tuple = ("stored", place[view])
+        if view is not u:
+            entry: tuple = ("stored", place[view])
+            swapped = True
         elif u.op is Ops.BUFFER:
             buf = buffer_of(u)
             if (k := numbers.get(id(buf))) is None:
@@ -97,7 +101,8 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
         place[u] = len(nodes)
         nodes.append(u)
         signature.append(entry)
-    return Graph((device, ContextVar.generation, tuple(map(at, outputs)), tuple(signature)), nodes, buffers)
+    return Graph((device, ContextVar.generation, tuple(map(at, outputs)), tuple(signature)), nodes, buffers,
+                 swapped)
 
 
 def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UOp, UOp], outputs: list[UOp]
@@ -146,10 +151,14 @@ def instantiate(t: Template, graph: Graph, outputs: list[UOp]) -> tuple[list[Exe
     return items, views
 
 
-def schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | LoopItem], dict[UOp, UOp]]:
+WALK = Graph((), [], [], False)  # schedule's default: walk the graph itself
+
+
+def schedule(outputs: list[UOp], device: str, graph: Graph | None = WALK
+             ) -> tuple[list[ExecItem | LoopItem], dict[UOp, UOp]]:
     """create_schedule(outputs, device), from the template of an earlier graph of the same structure if there is
-    one."""
-    graph = structure(outputs, device)
+    one. `graph`: structure(outputs, device), when the caller walked it already."""
+    if graph is WALK: graph = structure(outputs, device)
     if graph is None: return create_schedule(outputs, device)
     if (t := templates.get(graph.key, False)) is not False:  # (the key is long: hashed once per call)
         return instantiate(t, graph, outputs) if t is not None else create_schedule(outputs, device)
