@@ -191,6 +191,8 @@ class Replay:
         # a buffer from outside (a weight) whose tensor gets another buffer (assign, or another replay's update)
         # is read from that tensor's buffer from then on: recorded buffer -> (it, the tensor)
         self.tracked: dict[int, tuple[Buffer, weakref.ref[Tensor]]] = {}
+        if len(WATCHED) > 1024:  # entries whose replays are gone (their buffers' ids may come back for others)
+            for k in [k for k, replays in WATCHED.items() if not replays]: del WATCHED[k]
         for _, bufs, _ in kernels:
             for b in bufs:
                 if rec.roles[id(b)][0] == "outside": WATCHED.setdefault(id(b), weakref.WeakSet()).add(self)
