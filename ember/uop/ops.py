@@ -288,7 +288,10 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
     def _bottom_up(self, attr: str, compute: Callable[[UOp], Any]) -> Any:
         """Compute a cached per-node attribute for all sources first, without recursion."""
-        if attr in self.__dict__: return self.__dict__[attr]
+        if attr in (cached := self.__dict__): return cached[attr]
+        if all(attr in s.__dict__ for s in self.src):  # a new node over known ones, the usual case: no walk
+            cached[attr] = value = compute(self)
+            return value
         for node in self.toposort(descend=lambda n: attr not in n.__dict__):
             if attr not in node.__dict__: node.__dict__[attr] = compute(node)
         return self.__dict__[attr]
