@@ -559,3 +559,32 @@ def test_replays_do_not_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == []
     monkeypatch.undo()
     for out, (x, w) in zip(outs, inputs[2:]): assert_same(out, chain(x, w))
+
+
+def test_batchnorm_dropout_adam_step_replays_equal_eager() -> None:
+    """A training step with BatchNorm (running statistics assigned inside: state), Dropout (new random numbers per
+    replay) and Adam: losses, running statistics and parameters equal the eager run's, bit for bit."""
+    from ember.nn import BatchNorm, Dropout
+
+    def run(jitted: bool) -> tuple[list[float], list[np.ndarray]]:
+        Tensor.manual_seed(0)
+        l1, bn, l2, drop = Linear(8, 16), BatchNorm(16), Linear(16, 4), Dropout(0.3)
+        params = [l1.weight, l1.bias, bn.weight, bn.bias, l2.weight, l2.bias]
+        opt = Adam(params, lr=0.01)
+
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            opt.zero_grad()
+            loss = (l2(drop(bn(l1(x)).relu())) - y).square().mean()
+            loss.backward()
+            opt.step(loss)
+            return loss
+        f = jit(step) if jitted else step
+        rng, losses = np.random.default_rng(1), []
+        with Tensor.train():
+            for _ in range(6):
+                losses.append(f(Tensor(rng.standard_normal((5, 8)).astype(np.float32)),
+                                Tensor(rng.standard_normal((5, 4)).astype(np.float32))).item())
+        return losses, [t.numpy() for t in [bn.running_mean, bn.running_var, *params]]
+    (eager_losses, eager_state), (jit_losses, jit_state) = run(False), run(True)
+    assert jit_losses == eager_losses
+    for got, want in zip(jit_state, eager_state, strict=True): assert got.tobytes() == want.tobytes()
