@@ -2,8 +2,9 @@
 
 from ember.device import Device
 from ember.dtype import DType, dtypes
-from ember.engine.jit import JitError, TinyJit, jit
+from ember.engine.jit import TinyJit, jit
 from ember.engine.realize import GlobalCounters
+from ember.errors import JitError
 from ember.helpers import Context, getenv
 from ember.tensor import Tensor, no_grad
 

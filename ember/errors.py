@@ -44,5 +44,9 @@ class CompileError(EmberError, RuntimeError):
     """The device compiler rejected generated source; the message carries its output and the failing line."""
 
 
+class JitError(EmberError, RuntimeError):
+    """A jitted function called in a way its replay would get wrong (ember/engine/jit.py lists the cases)."""
+
+
 class SpecError(EmberError, AssertionError):
     """A UOp graph broke the rules of the stage it is in (stage, node, rule)."""

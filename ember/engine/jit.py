@@ -9,15 +9,16 @@ next call on, `Replay` runs the recorded kernels in one native call (runtime/gra
 buffers, with fresh buffers for the outputs and the new values of the assigned tensors, intermediates in one arena
 (engine/memory.py), and new random words.
 
-Calls are keyed by the non-Tensor arguments (by type and value: 2 and 2.0 record apart) and by which Tensor
-arguments share a buffer. A tensor the function reads from outside (a weight) that gets a new value outside it
+Calls are keyed by the non-Tensor arguments (by type and value: 2 and 2.0 record apart), by which Tensor arguments
+share a buffer and by Tensor.training. A jitted function called inside another's recording runs as itself (the
+outer recording takes its kernels). A tensor the function reads from outside (a weight) that gets a new value outside it
 (assign, or another jitted function's update) is followed: the replay reads its buffer of the moment (so does a
 view of the weight taken before, which eager ember would leave on the old value: a known difference). An assigned
 tensor is state only if its value came from outside the call; one made inside is computed anew each time. Known
 footguns raise a JitError instead of replaying wrong values:
 - a Tensor input whose shape, dtype or device differs from the recorded call's;
-- two recordings that differ in their kernels, buffers or host constants: a Python value the function reads (a
-  global, an attribute) changed between calls;
+- two recordings that differ in their kernels, buffers, host constants or returned Python values: a Python value
+  the function reads (a global, an attribute, a tensor's value read with .item()) changed between calls;
 - an output that is an input (returned as it is, or a view of it): the replay would have no new buffer for it;
 - a function that assigns its own Tensor argument;
 - a loop (ember.scan with unroll=False) inside: its steps run from Python and are not recorded.
@@ -41,15 +42,11 @@ import numpy as np
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.engine.memory import MemoryPlan, plan_memory
 from ember.engine.realize import CompiledRunner, GlobalCounters
-from ember.errors import EmberError
+from ember.errors import JitError
 from ember.helpers import ASSIGN_HOOKS, DEBUG, RECORDERS
 from ember.schedule.kernelize import ExecItem, computed
 from ember.tensor import Tensor
 from ember.uop.ops import Ops, UOp
-
-
-class JitError(EmberError, RuntimeError):
-    """A jitted function called in a way its replay would get wrong (see ember/engine/jit.py's list)."""
 
 
 @dataclass
