@@ -77,11 +77,13 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
         if (view := views.get(u)) is None:
             if (view := stored(ref(u))) is None: view = u
             views[u] = view
-            if view is not u: stack.append(view)
+            depth = len(stack)  # a node with nothing left to walk below (a leaf) is placed at its first visit
+            if view is not u:
+                if view not in place: stack.append(view)
             else:
                 for s in u.src:
                     if s not in place: stack.append(s)
-            continue
+            if len(stack) > depth: continue
         stack.pop()
         if view is not u:
             entry: tuple = ("stored", place[view])
