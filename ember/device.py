@@ -126,7 +126,7 @@ class Buffer:
         """Fill from a numpy array of the same number of elements (converted to this buffer's dtype)."""
         arr = np.ascontiguousarray(data, dtype=to_numpy(self.dtype)).reshape(-1)
         assert arr.size == self.size, f"copyin: {arr.size} elements into a buffer of {self.size}"
-        if RECORDERS: RECORDERS[-1].copy(self)
+        if RECORDERS.stack: RECORDERS[-1].copy(self)
         Device[self.device].allocator.copyin(self.raw, memoryview(arr).cast("B"))
         return self
 

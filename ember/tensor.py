@@ -255,7 +255,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         >>> lr.assign(0.25).item()
         0.25
         """
-        if RECORDERS: RECORDERS[-1].assign(self)  # a jitted call gives self a new value (engine/jit.py)
+        if RECORDERS.stack: RECORDERS[-1].assign(self)  # a jitted call gives self a new value (engine/jit.py)
         else:
             for hook in ASSIGN_HOOKS: hook(self)
         if not isinstance(value, Tensor) and np.ndim(value) == 0:

@@ -181,8 +181,8 @@ def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None =
     outputs), the others, intermediates, share memory where their lifetimes allow if they take PLAN_MIN_BYTES or
     more; the plan is returned (its buffers hold views of an arena: what they held is not to be read after)."""
     if DEBUG >= 2: print_schedule(schedule)
-    if any((item.bufs[0].device, item.ast) not in _runners for item in kernels(schedule)):  # (usually all are)
-        prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])
+    if any(type(item) is not ExecItem or (item.bufs[0].device, item.ast) not in _runners for item in schedule):
+        prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])  # (usually all are built)
     plan = None
     if keep is not None and len(schedule) > 2:
         temporary = {id(b): b for item in schedule for b in item.bufs[:item.outs] if b not in keep}
@@ -217,7 +217,7 @@ def run_items(schedule: list[ExecItem | LoopItem]) -> None:
             continue
         if (runner := _runners.get((item.bufs[0].device, item.ast))) is None:
             runner = get_runner(item.bufs[0].device, item.ast)
-        if RECORDERS: RECORDERS[-1].kernel(runner, item.bufs, item.outs)
+        if RECORDERS.stack: RECORDERS[-1].kernel(runner, item.bufs, item.outs)
         start = time.perf_counter()
         elapsed = runner.program(*item.bufs, wait=debug)  # type: ignore[operator]
         elapsed = elapsed if elapsed is not None else time.perf_counter() - start

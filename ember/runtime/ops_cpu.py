@@ -296,7 +296,9 @@ class CPUProgram:
             if self.pool(self.task, args, self.threads) != 0:
                 raise RuntimeError(f"{self.name}: the pool could not start {self.threads} threads (at most 1024)")
         else:
-            self.fn(*[ctypes.c_void_p(a) for a in addresses], *[ctypes.c_int32(v) for v in vals])
+            if self.fn.argtypes is None:  # the argument types, once: ctypes converts plain ints to them in C
+                self.fn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int32] * len(vals)
+            self.fn(*addresses, *vals)
         return time.perf_counter() - start if wait else None
 
 
