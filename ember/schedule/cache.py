@@ -11,8 +11,12 @@ buffers hold. A later graph with that key gets the template's kernels bound to i
 Before: the tensor-level graphs to realize (as for kernelize.create_schedule).
 After:  the same ExecItems and buffer views create_schedule would return (new buffers, same ASTs in the same order).
 
-Not kept: graphs with a FOLD (their loop body is scheduled with buffers of its own) — they are rare per step and
-their scheduling costs little next to their loop.
+Not kept (scheduled by kernelize every time): graphs with a FOLD (their loop body is scheduled with buffers of its
+own; rare per step, and cheap next to their loop), and the schedules `make_template` refuses: one reading a buffer
+the walk did not see, or an output read through a view of a stored node.
+
+The key has no UOps in it (buffers by number, args by value), so a template keeps no graph or buffer alive; the
+walk's node list, which the template's views index, is the caller's.
 """
 
 from __future__ import annotations
