@@ -15,8 +15,8 @@ Not kept (scheduled by kernelize every time): graphs with a FOLD (their loop bod
 own; rare per step, and cheap next to their loop), and the schedules `make_template` refuses: one reading a buffer
 the walk did not see, or an output read through a view of a stored node.
 
-The key has no UOps in it (buffers by number, args by value), so a template keeps no graph or buffer alive; the
-walk's node list, which the template's views index, is the caller's.
+The key holds no UOps (buffers by number, args by value) and a template's ASTs read DEFINE_GLOBALs, so the cache
+keeps no tensor graph or buffer alive; the walk's node list, which the template's views index, is the caller's.
 """
 
 from __future__ import annotations
