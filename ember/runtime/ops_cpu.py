@@ -40,6 +40,14 @@ C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract
            "-std=gnu11", "-Wno-unused")
 
 
+# gcc's loop vectorizer, off: ember vectorizes its kernels itself (opts UPCAST into vector types), and gcc 12.2's
+# (Debian 12, -O2 -march=native, AVX2 or AVX-512) miscompiles an unrolled loop of int32 selects widened to int64 (a
+# roll concatenated with its source, cast to long: tests/runtime/test_cpu.py), which clang and gcc -O1 compile
+# right, sanitizers clean. Measured off against on (bench/cpu.py --quick): gemm, elementwise, sum and softmax alike
+# or faster.
+GCC_FLAGS = ("-fno-tree-loop-vectorize",)
+
+
 def c_flags() -> tuple[str, ...]:
     """C_FLAGS, then the words of $EMBER_CFLAGS (the sanitizer job adds -fsanitize=address,undefined there); they
     are part of the compiler's cache key, so kernels built with them are never served to a build without."""
@@ -133,7 +141,7 @@ class CCompiler(Compiler):
     def __init__(self) -> None:
         self.cc = find_c_compiler()
         version = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-        self.flags = c_flags()
+        self.flags = c_flags() + (GCC_FLAGS if "gcc" in version.lower() and "clang" not in version.lower() else ())
         super().__init__(f"{version} {' '.join(self.flags)} target: {native_target(self.cc)}")
 
     def compile(self, src: str) -> bytes:

@@ -361,3 +361,13 @@ def test_compiler_choice_passes_over_one_that_rejects_float16(tmp_path, monkeypa
 def test_float16_kernels_compile_with_the_chosen_compiler():
     x = np.array([0.1, 1.5, -3.25], dtype=np.float16)
     np.testing.assert_array_equal((Tensor(x) * 3).numpy(), x * np.float16(3))
+
+
+def test_an_unrolled_roll_widened_to_int64_is_right() -> None:
+    """gcc 12.2's loop vectorizer miscompiled this kernel (a period loop of int32 selects cast to int64): every
+    value of the rolled half is compared (the CPU compiler is built without that vectorizer: ops_cpu.GCC_FLAGS)."""
+    a = (np.arange(45, dtype=np.int32).reshape(5, 3, 3) * 7) % 23 - 11
+    t = Tensor(a)
+    got = Tensor.cat(t.abs().flatten().long(), t.abs().roll(5, 1).flatten().long()).numpy()
+    want = np.concatenate([np.abs(a).flatten(), np.roll(np.abs(a), 5, 1).flatten()]).astype(np.int64)
+    np.testing.assert_array_equal(got, want)
