@@ -329,6 +329,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
     """
 
     def __init__(self, fn: Callable[..., Any]) -> None:
+        if not callable(fn): raise TypeError(f"jit: expected a function to record, got {type(fn).__name__}")
         self.fn = fn
         self.recordings: dict[Any, list[Recording]] = {}
         self.replays: dict[Any, Replay] = {}

@@ -588,3 +588,7 @@ def test_batchnorm_dropout_adam_step_replays_equal_eager() -> None:
     (eager_losses, eager_state), (jit_losses, jit_state) = run(False), run(True)
     assert jit_losses == eager_losses
     for got, want in zip(jit_state, eager_state, strict=True): assert got.tobytes() == want.tobytes()
+
+
+def test_jit_of_something_not_callable_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="jit: expected a function to record, got int"): jit(3)  # type: ignore[arg-type]
