@@ -181,7 +181,8 @@ def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None =
     outputs), the others, intermediates, share memory where their lifetimes allow if they take PLAN_MIN_BYTES or
     more; the plan is returned (its buffers hold views of an arena: what they held is not to be read after)."""
     if DEBUG >= 2: print_schedule(schedule)
-    if any(type(item) is not ExecItem or (item.bufs[0].device, item.ast) not in _runners for item in schedule):
+    if len(schedule) > 1 and any(type(item) is not ExecItem or (item.bufs[0].device, item.ast) not in _runners
+                                 for item in schedule):  # (one kernel: run_items builds its runner)
         prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])  # (usually all are built)
     plan = None
     if keep is not None and len(schedule) > 2:

@@ -69,46 +69,45 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     # computed.get without its Python frame: a UOp already has a weak reference (the node cache's), which ref()
     # returns again, and the weak dictionary keys by such references
     stored, ref = computed.data.get, weakref.ref
-    views: dict[UOp, UOp] = {}  # nodes seen once (their sources pushed) -> their view, or themselves
     swapped = False  # a node was walked as the view of its stored value
     stack: list[UOp] = outputs[::-1]
-    at = place.__getitem__
+    BUFFER, FOLD = Ops.BUFFER, Ops.FOLD  # (an enum member read from its class costs more than a local)
     while stack:  # post-order without recursion: a node stays under its sources until they have places
         u = stack[-1]
         if u in place:
             stack.pop()
             continue
-        if (view := views.get(u)) is None:
-            if (view := stored(ref(u))) is None: view = u
-            views[u] = view
-            depth = len(stack)  # a node with nothing left to walk below (a leaf) is placed at its first visit
-            if view is not u:
-                if view not in place: stack.append(view)
-            else:
-                for s in u.src:
-                    if s not in place: stack.append(s)
-            if len(stack) > depth: continue
-        stack.pop()
-        if view is not u:
+        if (view := stored(ref(u))) is not None:  # (looked up again when the view is placed: cheaper than a memo)
+            if view not in place:
+                stack.append(view)
+                continue
             entry: tuple = ("stored", place[view])
             swapped = True
-        elif u.op is Ops.BUFFER:
-            buf = buffer_of(u)
-            if (k := numbers.get(id(buf))) is None:
-                k = numbers[id(buf)] = len(buffers)
-                buffers.append(buf)
-            entry = ("buffer", k, u.dtype.name, u.dtype.count, buf.device, buf.size)
-        elif u.op is Ops.FOLD: return None
-        # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
         else:
-            arg = u.arg  # (arg_key, inline: a float by its bits)
-            entry = (u.op, u.dtype.name, u.dtype.count, ("float", arg.hex()) if type(arg) is float else arg,
-                     *map(at, u.src))
+            waiting = False
+            for s in u.src:
+                if s not in place:
+                    stack.append(s)
+                    waiting = True
+            if waiting: continue
+            if (op := u.op) is BUFFER:
+                buf = u.__dict__["buffer"]  # (buffer_of, inline)
+                if (k := numbers.get(id(buf))) is None:
+                    k = numbers[id(buf)] = len(buffers)
+                    buffers.append(buf)
+                entry = ("buffer", k, u.dtype.name, u.dtype.count, buf.device, buf.size)
+            elif op is FOLD: return None
+            # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
+            else:
+                arg = u.arg  # (arg_key, inline: a float by its bits)
+                entry = (op, (dtype := u.dtype).name, dtype.count, ("float", arg.hex()) if type(arg) is float else
+                         arg, *[place[s] for s in u.src])
+        stack.pop()
         place[u] = len(nodes)
         nodes.append(u)
         signature.append(entry)
-    return Graph((device, ContextVar.generation, tuple(map(at, outputs)), tuple(signature)), nodes, buffers,
-                 swapped)
+    return Graph((device, ContextVar.generation, tuple([place[o] for o in outputs]), tuple(signature)), nodes,
+                 buffers, swapped)
 
 
 def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UOp, UOp], outputs: list[UOp]
