@@ -7,6 +7,7 @@ from ember.engine.realize import GlobalCounters
 from ember.errors import JitError
 from ember.helpers import Context, getenv
 from ember.tensor import Tensor, no_grad
+from ember.variables import Variable
 
 __all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "GlobalCounters", "getenv", "no_grad", "jit", "TinyJit",
-           "JitError"]
+           "JitError", "Variable"]

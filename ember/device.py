@@ -140,10 +140,11 @@ class Buffer:
 _next_uid = itertools.count()
 
 
-def buffer_uop(buf: Buffer) -> UOp:
+def buffer_uop(buf: Buffer, size: int | None = None) -> UOp:
     """A new tensor-level BUFFER node standing for `buf`; the buffer lives as long as the node (it is held in the
-    node's attribute dict, which dies with it: no weak dictionary to keep in step, per eager op)."""
-    u = UOp(Ops.BUFFER, buf.dtype, arg=BufferArg(next(_next_uid), buf.device, buf.size))
+    node's attribute dict, which dies with it: no weak dictionary to keep in step, per eager op). `size`: the
+    elements the node claims, where not the buffer's (a buffer read in a symbolic shape: schedule/unbind.py)."""
+    u = UOp(Ops.BUFFER, buf.dtype, arg=BufferArg(next(_next_uid), buf.device, buf.size if size is None else size))
     u.__dict__["buffer"] = buf
     return u
 

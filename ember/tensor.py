@@ -36,7 +36,9 @@ from ember.mixin.reduce import ReduceMixin
 from ember.mixin.scan import ScanMixin
 from ember.schedule import cache as schedule_cache
 from ember.schedule.kernelize import computed, is_constant
-from ember.uop.ops import Ops, UOp
+from ember.schedule.unbind import rebind, unbind
+from ember.uop.ops import BOUND, Ops, UOp
+from ember.variables import concrete
 
 Scalar = int | float | bool
 
@@ -455,6 +457,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         read its buffer all the same (kernelize.computed)."""
         tensors = (self, *others)
         uops = [t.uop for t in tensors]
+        if BOUND[0] and (symbolic := unbind(uops))[1]: return self._realize_symbolic(tensors, *symbolic)
         graph = schedule_cache.structure(uops, self.device)
         items, views = schedule_cache.schedule(uops, self.device, graph)
         outputs = {buffer_of(v.src[0]) for t in tensors if (v := views[t.uop]).op is Ops.RESHAPE and
@@ -475,6 +478,18 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
             if leaves is None or id(t) in Tensor._needs_grad or \
                     leaves.isdisjoint(walked if walked is not None else t.uop.toposort()):
                 t.uop = view
+        return self
+
+    def _realize_symbolic(self, tensors: tuple[Tensor, ...], uops: list[UOp], values: dict[UOp, int]) -> Tensor:
+        """realize, for graphs whose shapes hold bound variables: scheduled over the variables (unbind), run with
+        their values, each stored view bound again."""
+        items, views = schedule_cache.schedule(uops, self.device)
+        run_schedule(items, None, {var.arg.name: value for var, value in values.items()})
+        leaves = Tensor._leaf_uops() if Tensor._needs_grad and not Tensor.no_grad else None
+        for t, u in zip(tensors, uops, strict=True):
+            view = rebind(views[u], values)
+            if view is not t.uop and not is_constant(t.uop): computed[t.uop] = view
+            if leaves is None or id(t) in Tensor._needs_grad or leaves.isdisjoint(t.uop.toposort()): t.uop = view
         return self
 
     def _stored(self) -> UOp:
@@ -531,11 +546,12 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
             raise EmberError("reading the values of a tensor computed from a NumericalFunction's inputs while it is "
                              "traced: they are not known until it is called. Data-dependent shapes (boolean masks, "
                              "nonzero, masked_select, item) cannot be traced; use where() or index tensors instead")
-        if self.numel() == 0: return np.zeros(self.shape, dtype=to_numpy(self.dtype))
-        flat = self._buffer().numpy()
+        shape = concrete(self.shape)  # (a symbolic size as its bound value)
+        if prod(shape) == 0: return np.zeros(shape, dtype=to_numpy(self.dtype))
+        flat = self._buffer().numpy()[:prod(shape)]  # (a symbolic shape reads the start of a larger buffer)
         if self.dtype is dtypes.bfloat16:
             flat = (flat.astype(np.uint32) << 16).view(np.float32)
-        return flat.reshape(self.shape)
+        return flat.reshape(shape)
 
     def data(self) -> memoryview:
         """The values as a read-only memoryview in self's shape, typed by the dtype's struct format ('f' for

@@ -31,16 +31,19 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: lis
                             u.src[0].src[0].op is Ops.DEFINE_GLOBAL}))
     globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
     threads = next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)
-    return ProgramSpec(name, src, renderer.device, ast, uops, len(globals_), outputs, flops, mem, tuple(opts), threads)
+    variables = tuple(sorted(u.arg.name for u in uops if u.op is Ops.DEFINE_VAR))
+    return ProgramSpec(name, src, renderer.device, ast, uops, len(globals_), outputs, flops, mem, tuple(opts), threads,
+                       variables)
 
 
 def kernel_name(ast: UOp) -> str:
     """`E_4_3` for an elementwise kernel with output shape (4, 3), `r_4_3` when it reduces; a kernel with several
     outputs joins their shapes with `__` (`E_4__4_4`)."""
     kind = "r" if any(u.op is Ops.REDUCE_AXIS for u in ast.toposort()) else "E"
-    shapes = [store.src[0].shape for store in ast.src if store.op is Ops.STORE]
-    if len(shapes) == 1: return "_".join([kind, *(str(s) for s in shapes[0])])
-    return kind + "_" + "__".join("_".join(str(s) for s in shape) or "1" for shape in shapes)
+    shapes = [[s.arg.name if isinstance(s, UOp) else str(s) for s in store.src[0].shape] for store in ast.src
+              if store.op is Ops.STORE]  # (a symbolic size by its variable's name)
+    if len(shapes) == 1: return "_".join([kind, *shapes[0]])
+    return kind + "_" + "__".join("_".join(shape) or "1" for shape in shapes)
 
 
 def estimate_work(uops: list[UOp]) -> tuple[int, int]:
@@ -48,7 +51,7 @@ def estimate_work(uops: list[UOp]) -> tuple[int, int]:
     flops = mem = 0
     trips = [next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)]  # every core runs the kernel
     for u in uops:
-        if u.op is Ops.RANGE: trips.append(trips[-1] * int(u.src[0].arg))
+        if u.op is Ops.RANGE: trips.append(trips[-1] * int(u.src[0].vmax))  # (a symbolic loop: at its most)
         elif u.op is Ops.END: trips.pop()
         elif u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: flops += trips[-1] * u.dtype.count
         elif u.op in (Ops.LOAD, Ops.STORE):

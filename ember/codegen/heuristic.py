@@ -49,19 +49,19 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     """The opts for `sink` (see the module docstring); [] where none apply."""
     nodes = list(sink.toposort())
     if renderer.vector_bytes == 0 and renderer.cores <= 1: return []
-    if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in nodes): return []  # symbolic loop sizes
     axes = kernel_axes(sink)
     if not axes: return []
     offsets = [u.src[1] for u in nodes if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL]
     stored = [u.src[0].src[1] for u in nodes if u.op is Ops.STORE]
     # how often each access runs: a load in the reduce loop every iteration, a store once per output
-    runs = {o: prod(range_size(a) for a in axes if o not in stored or a.arg.kind is not AxisKind.REDUCE)
+    runs = {o: prod(most(a) for a in axes if o not in stored or a.arg.kind is not AxisKind.REDUCE)
             for o in offsets}
     # the widest element among accesses that move with a loop (a float64 scalar, broadcast, halves no vector)
     widest = max((u.src[1].dtype.itemsize if u.op is Ops.STORE else u.dtype.itemsize for u in nodes
                   if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and u.src[0].src[1].ranges), default=4)
     lanes = renderer.vector_bytes // widest
-    outputs = [a for a in axes if a.arg.kind is not AxisKind.REDUCE]
+    # a loop of symbolic size (a batch: ember/variables.py) is never split: the others get the lanes and threads
+    outputs = [a for a in axes if a.arg.kind is not AxisKind.REDUCE and fixed(a)]
     reduces = [a for a in axes if a.arg.kind is AxisKind.REDUCE]
     opts: list[Opt] = []
 
@@ -83,7 +83,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         # a stride-one access is one vector load per `lanes` elements; another that moves with the axis is a gather,
         # `lanes` scalar loads (one that does not move is a broadcast: free)
         scores = {a: sum(runs[o] if stride_one(o, a, fit(a)) else -runs[o] * (lanes - 1) if a in o.ranges else 0
-                         for o in offsets) for a in axes if fit(a) >= min(4, lanes)}
+                         for o in offsets) for a in axes if fixed(a) and fit(a) >= min(4, lanes)}
         scores = {a: s for a, s in scores.items() if s > 0 and (a.arg.kind is AxisKind.REDUCE or
                                                            all(stride_one(o, a, fit(a)) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
@@ -101,6 +101,13 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         if c > 1: add(OptOps.UPCAST, pair[1], c)
     elif vector is not None and vector.arg.kind is AxisKind.REDUCE:
         add(OptOps.UNROLL, vector, lanes * next(n for n in (4, 2, 1) if range_size(vector) % (lanes * n) == 0))
+    elif vector is not None and reduces and len(outputs) == 1 and (batch := [a for a in axes if not fixed(a)]):
+        # rows of symbolic number (a batch) are not tiled into registers: v vectors across the columns (v
+        # independent sums), and the column panel outside the rows, in cache while they stream past it
+        add(OptOps.UPCAST, vector, lanes * next(v for v in (4, 2, 1) if range_size(vector) % (lanes * v) == 0))
+        if (p := position(vector)) is not None and (q := position(batch[0])) is not None and p > q:
+            opts.append(Opt(OptOps.SWAP, q, p))
+            sink = apply_opt(sink, opts[-1])
     elif vector is not None and reduces and len(outputs) >= 2:  # a register tile: r rows x v vectors
         # rows: an axis the vector-loaded operand does not depend on, so each vector it loads feeds r rows
         rows = max((a for a in outputs if a is not vector),
@@ -118,13 +125,23 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
             sink = apply_opt(sink, opts[-1])
     elif vector is not None:
         add(OptOps.UPCAST, vector, lanes)
-    work = prod(range_size(a) for a in axes)
+    work = prod(most(a) for a in axes)
     if renderer.cores > 1 and work >= THREAD_WORK:
         for a in kernel_axes(sink):
-            if a.arg.kind is not AxisKind.REDUCE and range_size(a) % renderer.cores == 0:
+            if a.arg.kind is not AxisKind.REDUCE and fixed(a) and range_size(a) % renderer.cores == 0:
                 add(OptOps.THREAD, a, renderer.cores)
                 break
     return opts
+
+
+def fixed(a: UOp) -> bool:
+    """The loop has a size known when compiling (not a variable's)."""
+    return a.src[0].op is Ops.CONST
+
+
+def most(a: UOp) -> int:
+    """The most iterations the loop runs: its size, or its variable's maximum."""
+    return int(a.src[0].vmax)
 
 
 def dot_tile(outputs: list[UOp], streamed: list[UOp]) -> tuple[UOp, UOp] | None:

@@ -74,9 +74,10 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
     axes = kernel_axes(sink)
     if not 0 <= opt.axis < len(axes): raise KernelOptError(f"{name}: {opt}: no axis {opt.axis} ({len(axes)} axes)")
     rng = axes[opt.axis]
-    size, amount, reduces = range_size(rng), opt.amount, rng.arg.kind is AxisKind.REDUCE
+    amount, reduces = opt.amount, rng.arg.kind is AxisKind.REDUCE
+    if opt.op is OptOps.SWAP: return swap(sink, rng, axes, opt, name)  # (loop order: any size)
     if rng.src[0].op is not Ops.CONST: raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size")
-    if opt.op is OptOps.SWAP: return swap(sink, rng, axes, opt, name)
+    size = range_size(rng)
     if amount < 2 or size % amount: raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}")
     if reduces != (opt.op is OptOps.UNROLL):
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is {'a reduce' if reduces else 'an output'} axis; "

@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from ember.codegen.lowerer import reduce_identity
 from ember.codegen.stores import split_stores
 from ember.dtype import DType, PtrDType, dtypes
-from ember.helpers import UNROLL, prod, strides_for_shape
+from ember.helpers import UNROLL, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
+from ember.variables import Sint, is_symbolic, max_count
 
 
 @dataclass
@@ -45,10 +46,11 @@ class RangeifyContext:
     loops: dict[tuple[UOp, int], list[UOp]] = field(default_factory=dict)  # per (output, size): the output loops of
     # that size made so far; the stores of one split output (codegen/stores.py) share them, in order
 
-    def new_range(self, size: int, kind: AxisKind) -> UOp:
-        """A RANGE over [0, size), or the constant 0 for an axis of size 1."""
+    def new_range(self, size: Sint, kind: AxisKind) -> UOp:
+        """A RANGE over [0, size), or the constant 0 for an axis of size 1. A symbolic size is a variable."""
         if size == 1: return UOp.const(self.index_dtype, 0)
-        return UOp.range(UOp.const(self.index_dtype, size), next(self.axes), kind, self.index_dtype)
+        end = size.cast(self.index_dtype) if type(size) is UOp else UOp.const(self.index_dtype, size)
+        return UOp.range(end, next(self.axes), kind, self.index_dtype)
 
 
 def at(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
@@ -80,8 +82,22 @@ def reshape_index(idx: tuple[UOp, ...], new: tuple[int, ...], old: tuple[int, ..
     return tuple(out)
 
 
-def reshape_groups(new: tuple[int, ...], old: tuple[int, ...]) -> list[tuple[range, range]]:
-    """The axes of `new` and of `old` that a reshape maps onto each other, cut where the running products agree."""
+def reshape_groups(new: tuple[Sint, ...], old: tuple[Sint, ...]) -> list[tuple[range, range]]:
+    """The axes of `new` and of `old` that a reshape maps onto each other, cut where the running products agree.
+
+    A flat source is one group (a buffer: it may hold more elements than a symbolic shape reads). A symbolic axis
+    is a group of its own: the front end keeps it whole (variables.same_axes)."""
+    if len(old) == 1: return [(range(len(new)), range(1))]
+    if is_symbolic(new) or is_symbolic(old):
+        cut_new = [i for i, s in enumerate(new) if type(s) is UOp] + [len(new)]
+        cut_old = [j for j, s in enumerate(old) if type(s) is UOp] + [len(old)]
+        groups, i, j = [], 0, 0
+        for i1, j1 in zip(cut_new, cut_old, strict=True):
+            groups += [(range(i + a.start, i + a.stop), range(j + b.start, j + b.stop))
+                       for a, b in reshape_groups(new[i:i1], old[j:j1]) if a or b]
+            if i1 < len(new): groups.append((range(i1, i1 + 1), range(j1, j1 + 1)))
+            i, j = i1 + 1, j1 + 1
+        return groups
     cum_new, cum_old = [1, *itertools.accumulate(new, operator.mul)], [1, *itertools.accumulate(old, operator.mul)]
     groups, i, j = [], 0, 0
     while i < len(new) or j < len(old):
@@ -138,7 +154,7 @@ def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...])
     src, (op, axes) = x.src[0], x.arg
     if any(src.shape[a] == 0 for a in axes): return reduce_identity(op, x.dtype)  # no loop that never runs
     # a few results (a loss, a norm: not a conv's or a pool's) of terms without loops of their own
-    small = prod(x.shape) <= UNROLL_AXIS_LIMIT and not any(n.op is Ops.REDUCE_AXIS for n in src.toposort())
+    small = max_count(x.shape) <= UNROLL_AXIS_LIMIT and not any(n.op is Ops.REDUCE_AXIS for n in src.toposort())
     unrolled = sorted(branching_axes(src, src.shape) & set(axes)) if small else []
     new_idx = tuple(ctx.new_range(s, AxisKind.REDUCE) if a in axes and a not in unrolled else i
                     for a, (i, s) in enumerate(zip(idx, src.shape, strict=True)))
@@ -256,7 +272,7 @@ def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
     return [(s, axes) for s in u.src if s.op is not Ops.DEFINE_GLOBAL]  # elementwise, PAD, SHRINK, FLIP, DETACH, ...
 
 
-def branching_axes(value: UOp, shape: tuple[int, ...]) -> frozenset[int]:
+def branching_axes(value: UOp, shape: tuple[Sint, ...]) -> frozenset[int]:
     """The small output axes that a PAD (cat, stack, pad) or an ARANGE (eye, one-hot) chooses by: worth unrolling,
     smallest first, within UNROLL stores in all. Found on the tensor-level graph, before any index is built: each
     node's axes are followed down to the sources with the output axes they are computed from."""
@@ -270,7 +286,7 @@ def branching_axes(value: UOp, shape: tuple[int, ...]) -> frozenset[int]:
         for item in source_axes(u, axes):
             if item not in seen and any(item[1]): seen.add(item); stack.append(item)
     chosen, stores = [], 1
-    for size, a in sorted((shape[a], a) for a in found):
+    for size, a in sorted((shape[a], a) for a in found if type(shape[a]) is not UOp):  # (a symbolic axis loops)
         if 1 < size <= UNROLL_AXIS_LIMIT and stores * size <= UNROLL.value: chosen, stores = [*chosen, a], stores * size
     return frozenset(chosen)
 
@@ -379,7 +395,7 @@ def largest_index(ast: UOp) -> int:
     reshape, a shifted pad or flip position) or a buffer offset, so it stays below the largest of them. A loop over
     a broadcast constant or an ARANGE has no buffer that large: buffer sizes alone chose int32 for
     `Tensor.ones(2**31 + 5).sum()`, whose loop then never ran."""
-    return max((u.dtype.size if u.op is Ops.DEFINE_GLOBAL else prod(u.shape) for u in ast.toposort()
+    return max((u.dtype.size if u.op is Ops.DEFINE_GLOBAL else max_count(u.shape) for u in ast.toposort()
                 if u.op not in (Ops.SINK, Ops.STORE)), default=0)
 
 

@@ -9,6 +9,11 @@ next call on, `Replay` runs the recorded kernels in one native call (runtime/gra
 buffers, with fresh buffers for the outputs and the new values of the assigned tensors, intermediates in one arena
 (engine/memory.py), and new random words.
 
+A Tensor input may hold a symbolic size (ember/variables.py: `x.reshape(bs.bind(n), 784)`): the recordings and
+their kernels are over the variable, and each call passes the value its inputs' shapes bind it to, so a batch that
+changes from call to call runs the same programs; outputs come back in this call's sizes. A variable the function
+binds itself (from a Python value) is a constant of each recording, checked as such.
+
 Calls are keyed by the non-Tensor arguments (by type and value: 2 and 2.0 record apart), by which Tensor arguments
 share a buffer and by Tensor.training. A jitted function called inside another's recording runs as itself (the
 outer recording takes its kernels). A tensor the function reads from outside (a weight) that gets a new value outside it
@@ -16,7 +21,7 @@ outer recording takes its kernels). A tensor the function reads from outside (a 
 view of the weight taken before, which eager ember would leave on the old value: a known difference). An assigned
 tensor is state only if its value came from outside the call; one made inside is computed anew each time. Known
 footguns raise a JitError instead of replaying wrong values:
-- a Tensor input whose shape, dtype or device differs from the recorded call's;
+- a Tensor input whose shape (a symbolic size by its variable), dtype or device differs from the recorded call's;
 - two recordings that differ in their kernels, buffers, host constants or returned Python values: a Python value
   the function reads (a global, an attribute, a tensor's value read with .item()) changed between calls;
 - an output that is an input (returned as it is, or a view of it): the replay would have no new buffer for it;
@@ -46,7 +51,8 @@ from ember.errors import JitError
 from ember.helpers import ASSIGN_HOOKS, DEBUG, RECORDERS
 from ember.schedule.kernelize import ExecItem, computed
 from ember.tensor import Tensor
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import BOUND, Ops, UOp
+from ember.variables import max_count, rebound, unbound, values_of
 
 
 @dataclass
@@ -58,9 +64,11 @@ class Recorder:
     copied: dict[int, Buffer] = field(default_factory=dict)  # buffers filled from the host during the call
     draws: list[tuple[Buffer, int]] = field(default_factory=list)  # (the words' buffer, how many numbers)
     loops: int = 0
+    values: dict[str, int] = field(default_factory=dict)  # the value each symbolic size had, by variable name
 
-    def kernel(self, runner: CompiledRunner, bufs: list[Buffer], outs: int) -> None:
+    def kernel(self, runner: CompiledRunner, bufs: list[Buffer], outs: int, vals: tuple[int, ...] = ()) -> None:
         self.kernels.append((runner, list(bufs), outs))
+        if vals: self.values.update(zip(runner.spec.variables, vals, strict=True))
 
     def copy(self, buf: Buffer) -> None: self.copied[id(buf)] = buf
     def draw(self, buf: Buffer, n: int) -> None: self.draws.append((buf, n))
@@ -122,6 +130,7 @@ class Recording:
     out_tensors: list[Tensor]
     states: list[tuple[Tensor, Buffer, Buffer]]  # (tensor, buffer before, buffer after)
     out_values: list[Any]  # the result's values other than tensors, given back by every replay
+    given: dict[str, int] = field(default_factory=dict)  # the values of the variables the inputs' shapes hold
     roles: dict[int, tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -151,8 +160,10 @@ class Recording:
         def described(b: Buffer) -> tuple:
             role = self.roles[id(b)]
             return (*role, hashlib.sha256(b.numpy().tobytes()).hexdigest()) if role[0] == "const" else role
-        return tuple((runner.spec.ast, tuple(described(b) for b in bufs)) for runner, bufs, _ in
-                     self.recorder.kernels)
+        # a variable no input's shape holds was bound inside the function: its value is a constant of the call
+        fixed = tuple(sorted((k, v) for k, v in self.recorder.values.items() if k not in self.given))
+        return (fixed, *((runner.spec.ast, tuple(described(b) for b in bufs)) for runner, bufs, _ in
+                         self.recorder.kernels))
 
 
 def differ(a: Recording, b: Recording) -> str:
@@ -184,7 +195,13 @@ class Replay:
                      id(b) in drop]:
             del computed[node]  # a later schedule must not read a buffer the replays overwrite
         on_cpu = all(bufs[0].device == "CPU" for _, bufs, _ in kernels)
-        self.graph = NativeGraph([(runner.program, bufs, ()) for runner, bufs, _ in kernels]) if on_cpu else None
+        values = rec.recorder.values
+        self.vals = [tuple(values[v] for v in runner.spec.variables) for runner, _, _ in kernels]
+        self.graph = NativeGraph([(runner.program, bufs, vals) for (runner, bufs, _), vals in
+                                  zip(kernels, self.vals, strict=True)]) if on_cpu else None
+        # where each symbolic size's value goes: (kernel, its variable's slot after the buffers, variable name)
+        self.variables = [(k, len(bufs) + i, name) for k, (runner, bufs, _) in enumerate(kernels)
+                          for i, name in enumerate(runner.spec.variables)]
         # a buffer from outside (a weight) whose tensor gets another buffer (assign, or another replay's update)
         # is read from that tensor's buffer from then on: recorded buffer -> (it, the tensor)
         self.tracked: dict[int, tuple[Buffer, weakref.ref[Tensor]]] = {}
@@ -223,7 +240,7 @@ class Replay:
                 sys.getrefcount(last[0].src[0]) == last[2]:
             return last[0]
         o = self.rec.out_tensors[k]
-        self.last[k] = last = [UOp(Ops.RESHAPE, o.dtype, (buffer_uop(Buffer(o.device, o.numel(), o.dtype)),),
+        self.last[k] = last = [UOp(Ops.RESHAPE, o.dtype, (buffer_uop(Buffer(o.device, max_count(o.shape), o.dtype)),),
                                    o.shape), 0, 0]
         last[1], last[2] = sys.getrefcount(last[0]), sys.getrefcount(last[0].src[0])  # counted as the test counts
         return last[0]
@@ -248,11 +265,20 @@ class Replay:
             self.tracked[id(recorded)] = (recorded, weakref.ref(t))
             if self.graph is not None: self.where[id(recorded)] = self.slots(recorded)
 
-    def __call__(self, inputs: list[Buffer]) -> Any:
-        with self.lock: return self.run(inputs)  # (two threads would swap each other's pointers in)
+    def __call__(self, inputs: list[Buffer], values: dict[str, int]) -> Any:
+        with self.lock: return self.run(inputs, values)  # (two threads would swap each other's pointers in)
 
-    def run(self, inputs: list[Buffer]) -> Any:
+    def set_values(self, values: dict[str, int]) -> None:
+        """The symbolic sizes of this call (by name; the recorded value for one no input holds) in every kernel."""
+        recorded = self.rec.recorder.values
+        if self.graph is not None:
+            for k, slot, name in self.variables: self.graph.args[k][slot] = values.get(name, recorded[name])
+        else: self.vals = [tuple(values.get(v, recorded[v]) for v in runner.spec.variables)
+                           for runner, _, _ in self.rec.recorder.kernels]
+
+    def run(self, inputs: list[Buffer], values: dict[str, int]) -> Any:
         rec = self.rec
+        if self.variables: self.set_values(values)
         swap: list[tuple[Buffer, Buffer]] = list(zip(rec.inputs, inputs, strict=True))
         for recorded, ref in self.tracked.values():
             if (t := ref()) is not None: swap.append((recorded, current(t)))
@@ -270,6 +296,8 @@ class Replay:
             elif kind == "state-out": views.append(None)  # filled once the state has its view, below
             elif kind == "output": views.append(views[n])
             else: views.append(rec.out_tensors[k].uop)
+        if values: views = [v if v is None or v.op is not Ops.RESHAPE else
+                            v.replace(arg=rebound(v.arg, values)) for v in views]  # this call's sizes
         for buf, n in rec.recorder.draws: buf.copyin(Tensor.next_random_words(n))  # new random numbers
         self.bind(swap)
         GlobalCounters.kernel_count += len(rec.recorder.kernels)
@@ -277,8 +305,8 @@ class Replay:
         GlobalCounters.global_mem += self.mem
         if self.graph is not None: self.graph()
         else:
-            for runner, bufs, outs in rec.recorder.kernels:
-                runner(ExecItem(runner.spec.ast, [self.bound.get(id(b), b) for b in bufs], outs), wait=False)
+            for (runner, bufs, _), vals in zip(rec.recorder.kernels, self.vals, strict=True):
+                runner.program(*[self.bound.get(id(b), b) for b in bufs], vals=vals)  # type: ignore[operator]
         state_views = []
         for (t, _, after), new in zip(rec.states, new_states, strict=True):
             old = current(t)
@@ -360,14 +388,17 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         first: dict[int, int] = {}
         # the mode is part of the key: dropout and batchnorm compute otherwise in training, nothing differs in no_grad
         key = (shape, tuple(first.setdefault(id(b), i) for i, b in enumerate(buffers)), Tensor.training)
-        described = [(t.shape, t.dtype, t.device) for t in tensors]
+        described = [(unbound(t.shape), t.dtype, t.device) for t in tensors]  # (a symbolic size by its variable)
+        values = values_of([t.shape for t in tensors]) if BOUND[0] else {}
         if (known := self.shapes.setdefault(key, described)) != described:
             i, (was, now) = next((i, p) for i, p in enumerate(zip(known, described, strict=True)) if p[0] != p[1])
             raise JitError(f"jit: Tensor argument {i} is {now[1].name} {now[0]} on {now[2]}, recorded as "
                            f"{was[1].name} {was[0]} on {was[2]}: a jitted function replays the kernels of one shape "
-                           f"and dtype (call jit(fn) again for another, or reset())")
-        if (replay := self.replays.get(key)) is not None: return replay(buffers)
+                           f"and dtype (call jit(fn) again for another, or reset(); a size that changes from call to "
+                           f"call, a batch, can be a Variable: x.reshape(Variable('bs', 1, 256).bind(n), ...))")
+        if (replay := self.replays.get(key)) is not None: return replay(buffers, values)
         result, rec = self.record(args, kwargs, tensors, buffers)
+        rec.given = values
         done = self.recordings.setdefault(key, [])
         if done and done[-1].signature() == rec.signature() and done[-1].out_shape == rec.out_shape:
             self.replays[key] = Replay(rec)

@@ -95,7 +95,7 @@ def prepare_runners(kernels: list[tuple[str, UOp]]) -> None:
 
 # ---- the program cache -------------------------------------------------------------------------------------------
 
-PROGRAM_FORMAT = "ember program 3"  # bump when the entry's fields change
+PROGRAM_FORMAT = "ember program 4"  # bump when the entry's fields change
 # flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
 NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB",
                                "EMBER_MAX_CXX_BYTES"})
@@ -135,7 +135,7 @@ def spec_to_json(spec: ProgramSpec, key: str) -> bytes:
     and every field, so that a damaged entry, or another kernel's entry copied over this one, is found."""
     fields = {"name": spec.name, "src": spec.src, "device": spec.device, "buffer_count": spec.buffer_count,
               "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes, "threads": spec.threads,
-              "opts": [str(o) for o in spec.opts]}
+              "opts": [str(o) for o in spec.opts], "variables": list(spec.variables)}
     return json.dumps({**fields, "sha256": entry_checksum(key, fields)}).encode()
 
 
@@ -151,10 +151,11 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
         src, outputs = d["src"], tuple(d["outputs"])
         counts = (d["buffer_count"], d["flops"], d["mem_bytes"], d["threads"], *outputs)
         if not (isinstance(src, str) and isinstance(d["name"], str) and isinstance(d["device"], str) and
-                all(type(n) is int for n in counts) and all(isinstance(o, str) for o in d["opts"])):
+                all(type(n) is int for n in counts) and all(isinstance(o, str) for o in d["opts"] + d["variables"])):
             return None
         return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
-                           d["mem_bytes"], tuple(Opt.parse(o) for o in d["opts"]), d["threads"])
+                           d["mem_bytes"], tuple(Opt.parse(o) for o in d["opts"]), d["threads"],
+                           tuple(d["variables"]))
     except (ValueError, KeyError, TypeError, AttributeError, StopIteration):  # JSONDecodeError, UnicodeDecodeError too
         return None
 
@@ -176,10 +177,12 @@ def print_schedule(schedule: list[ExecItem | LoopItem], indent: str = "") -> Non
 PLAN_MIN_BYTES = 1 << 20  # intermediates of a schedule that take this much memory or more share it (memory.py)
 
 
-def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None = None) -> MemoryPlan | None:
+def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None = None,
+                 values: dict[str, int] | None = None) -> MemoryPlan | None:
     """Run every item in order, updating GlobalCounters. Given `keep` (the buffers read after the schedule: its
     outputs), the others, intermediates, share memory where their lifetimes allow if they take PLAN_MIN_BYTES or
-    more; the plan is returned (its buffers hold views of an arena: what they held is not to be read after)."""
+    more; the plan is returned (its buffers hold views of an arena: what they held is not to be read after).
+    `values`: the value of each variable the kernels' sizes hold, by name (schedule/unbind.py)."""
     if DEBUG >= 2: print_schedule(schedule)
     if len(schedule) > 1 and any(type(item) is not ExecItem or (item.bufs[0].device, item.ast) not in _runners
                                  for item in schedule):  # (one kernel: run_items builds its runner)
@@ -190,7 +193,7 @@ def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None =
         if sum(b.nbytes for b in temporary.values()) >= PLAN_MIN_BYTES:
             plan = plan_memory(schedule, keep).apply()
             if DEBUG >= 2: print(plan.describe())
-    run_items(schedule)
+    run_items(schedule, values)
     return plan
 
 
@@ -210,7 +213,7 @@ def run_loop(item: LoopItem, run: Callable[[list[ExecItem | LoopItem]], None]) -
     item.result.copyin(np.concatenate([*(carry.numpy() for carry in item.carry), ys.reshape(-1)]))
 
 
-def run_items(schedule: list[ExecItem | LoopItem]) -> None:
+def run_items(schedule: list[ExecItem | LoopItem], values: dict[str, int] | None = None) -> None:
     debug = DEBUG >= 1
     for item in schedule:
         if type(item) is LoopItem:
@@ -218,9 +221,10 @@ def run_items(schedule: list[ExecItem | LoopItem]) -> None:
             continue
         if (runner := _runners.get((item.bufs[0].device, item.ast))) is None:
             runner = get_runner(item.bufs[0].device, item.ast)
-        if RECORDERS.stack: RECORDERS[-1].kernel(runner, item.bufs, item.outs)
+        vals = tuple(values[name] for name in runner.spec.variables) if runner.spec.variables else ()  # type: ignore
+        if RECORDERS.stack: RECORDERS[-1].kernel(runner, item.bufs, item.outs, vals)
         start = time.perf_counter()
-        elapsed = runner.program(*item.bufs, wait=debug)  # type: ignore[operator]
+        elapsed = runner.program(*item.bufs, vals=vals, wait=debug)  # type: ignore[operator]
         elapsed = elapsed if elapsed is not None else time.perf_counter() - start
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += runner.spec.flops

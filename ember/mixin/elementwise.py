@@ -103,10 +103,11 @@ class ElementwiseMixin:
             if (type(other) is float or (type(other) is int and -2**63 <= other < 2**64)) and self.dtype.is_float:
                 # a float tensor keeps its dtype for a number
                 return [self, self._wrap(broadcast_constant(self.dtype, other, self.shape))]
-        if dtype is None:
+        if dtype is None:  # (a symbolic size, a UOp, promotes as a Python int does)
             dtype = promote_values([self, *(o for o in others if isinstance(o, Tensor))],
-                                   [o for o in others if not isinstance(o, Tensor)])
-        as_tensors = [o if isinstance(o, Tensor) else self._const(o, dtype, op) for o in (self, *others)]
+                                   [0 if isinstance(o, UOp) else o for o in others if not isinstance(o, Tensor)])
+        as_tensors = [o if isinstance(o, Tensor) else self._wrap(o) if isinstance(o, UOp) else
+                      self._const(o, dtype, op) for o in (self, *others)]
         shape = broadcast_shape(op, *(t.shape for t in as_tensors))
         return [t.cast(dtype)._broadcast_to(shape) for t in as_tensors]
 

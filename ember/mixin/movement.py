@@ -18,6 +18,7 @@ from ember.dtype import least_upper_dtype
 from ember.errors import AxisError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp
+from ember.variables import Sint, check_dim, concrete, is_symbolic, same_axes
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -148,6 +149,7 @@ class MovementMixin:
     def reshape(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
         """The same elements in row-major order, in `shape` (one -1 is inferred)."""
         new = _shape_arg(shape)
+        if is_symbolic(new) or is_symbolic(self.shape): return self._symbolic_reshape(new)
         if any(not isinstance(s, int) for s in new): raise ShapeError(f"reshape: sizes must be ints, got {new}")
         if new.count(-1) > 1: raise ShapeError(f"reshape: only one size may be -1, got {new}")
         if any(s < -1 for s in new): raise ShapeError(f"reshape: negative size in {new}")
@@ -162,6 +164,24 @@ class MovementMixin:
         return self if new == self.shape else self._movement(Ops.RESHAPE, new)
 
     view = reshape
+
+    def _symbolic_reshape(self: Tensor, new: tuple[Sint, ...]) -> Tensor:
+        """reshape where either shape holds a bound variable (ember/variables.py): a view where every symbolic axis
+        stays whole, else the buffer read in the new shape (realized first where self is not a buffer already)."""
+        from ember.schedule.kernelize import is_buffer_view
+        for s in new:
+            check_dim("reshape", s)
+            if type(s) is not UOp and (not isinstance(s, int) or s < 0):
+                raise ShapeError(f"reshape: sizes must be ints or bound Variables (no -1 beside them), got {new}")
+        if prod(concrete(new)) != prod(concrete(self.shape)):
+            raise ShapeError(f"reshape: cannot reshape {self.shape} ({prod(concrete(self.shape))} elements) to {new} "
+                             f"({prod(concrete(new))} elements with these values); sizes must match")
+        if new == self.shape: return self
+        if same_axes(new, self.shape): return self._movement(Ops.RESHAPE, new)
+        base = self.contiguous().realize().uop
+        while base.op is Ops.RESHAPE: base = base.src[0]
+        assert is_buffer_view(base)
+        return self._wrap(UOp(Ops.RESHAPE, self.dtype, (base,), new))
 
     def permute(self: Tensor, *order: int | Sequence[int]) -> Tensor:
         """The axes in `order` (a permutation of 0..ndim-1, negatives allowed)."""

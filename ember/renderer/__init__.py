@@ -50,3 +50,4 @@ class ProgramSpec:
     mem_bytes: int  # bytes loaded and stored (upper bound: every access counted)
     opts: tuple = ()  # the Opts applied (codegen/opt.py)
     threads: int = 1  # how many times the kernel runs, once per core (its `core` argument 0 .. threads-1)
+    variables: tuple[str, ...] = ()  # the names of its symbolic sizes, the order their values follow the buffers in

@@ -225,7 +225,7 @@ _INLINE = {Ops.CONST, Ops.INDEX, Ops.AFTER}
 
 
 def variable_parameter(u: UOp) -> str:
-    """The parameter declaring DEFINE_VAR u; variables follow the buffers in the order of these texts."""
+    """The parameter declaring DEFINE_VAR u; variables follow the buffers in the order of their names."""
     return f"const {c_type(u.dtype)} {u.arg.name}"
 
 
@@ -263,7 +263,7 @@ class CRenderer(Renderer):
         pool and graph runner call (runtime/ops_cpu.py, runtime/graph.py): buffers by slot, then variables as
         integers in the order of the kernel's parameters. A kernel that is not threaded ignores `core`."""
         globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=variable_parameter)
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
         args = [f"({c_type(g.dtype)})args[{i}]" for i, g in enumerate(globals_)]
         args += [f"({c_type(v.dtype)})(intptr_t)args[{len(globals_) + i}]" for i, v in enumerate(variables)]
         if any(u.op is Ops.SPECIAL for u in uops): args.append("core")
@@ -292,7 +292,7 @@ class CRenderer(Renderer):
                 params.append((u.arg, f"{const}{c_type(u.dtype)} {self.restrict} data{u.arg}"))
             elif u.op is Ops.DEFINE_VAR:
                 names[u] = u.arg.name
-                params.append((1 << 30, variable_parameter(u)))
+                params.append((1 << 30, variable_parameter(u)))  # (int32 all: in the order of their names)
             elif u.op is Ops.SPECIAL:  # the slice of a threaded kernel this call runs
                 names[u] = "core"
                 params.append((1 << 31, "const int32_t core"))

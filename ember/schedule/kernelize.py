@@ -33,6 +33,7 @@ from ember.dtype import dtypes
 from ember.helpers import UNROLL, prod
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, graph_rewrite_map
+from ember.variables import is_symbolic, max_count
 
 RECOMPUTE_LIMIT = 16  # ALU ops; a value dearer than this is stored once rather than recomputed by each reader
 BROADCAST_RECOMPUTE_SIZE = 64  # elements: a broadcast value this small is recomputed per copy (kernels this small
@@ -132,7 +133,7 @@ def split_reduce(x: UOp) -> UOp | None:
     src, (op, axes) = x.src[0], x.arg
     if not all(isinstance(s, int) for s in src.shape): return None
     count = prod(src.shape[a] for a in axes)
-    if count < SPLIT_REDUCE or prod(x.shape) >= SPLITS[0]: return None  # (so a first stage is never split again)
+    if count < SPLIT_REDUCE or max_count(x.shape) >= SPLITS[0]: return None  # (so a first stage is never split again)
     found = next(((a, n) for a in sorted(axes) for n in SPLITS if src.shape[a] % n == 0 and src.shape[a] > n), None)
     if found is None: return None
     axis, split = found
@@ -184,7 +185,7 @@ def unrolled_stores(u: UOp) -> int | None:
     """How many scalar STOREs rangeify writes u's value with when it unrolls every axis (None: some axis loops)."""
     value = u.src[0] if u.op is Ops.CONTIGUOUS else u
     unrolled = branching_axes(value, u.shape)
-    return prod(u.shape) if all(s == 1 or a in unrolled for a, s in enumerate(u.shape)) else None
+    return max_count(u.shape) if all(s == 1 or a in unrolled for a, s in enumerate(u.shape)) else None
 
 
 def scalar_program(outputs: list[UOp], consumers: dict[UOp, list[UOp]], realized: set[UOp]) -> list[UOp]:
@@ -193,8 +194,8 @@ def scalar_program(outputs: list[UOp], consumers: dict[UOp, list[UOp]], realized
 
     A small function's outputs (a rollout, its jacobians) share most of their work: in one kernel the shared
     values are computed once (the graph is hash-consed) instead of stored by kernels of their own."""
-    small = [u for u in dict.fromkeys(outputs) if u in realized and 0 < prod(u.shape) <= UNROLL.value and
-             all(c.op is Ops.SINK for c in consumers[u])]
+    small = [u for u in dict.fromkeys(outputs) if u in realized and 0 < max_count(u.shape) <= UNROLL.value and
+             not is_symbolic(u.shape) and all(c.op is Ops.SINK for c in consumers[u])]
     if len(small) < 2: return []  # the common case: no graph walk at all
     group, stores = [], 0
     for u in small:
@@ -206,7 +207,7 @@ def growth(reader: UOp, u: UOp) -> float:
     """How many times `reader` computes each element of its source u per element of its own (a reduction reads
     each of its terms once; a PAD or a broadcast reads u at more positions than u has)."""
     if reader.op is Ops.REDUCE_AXIS or not all(isinstance(s, int) for s in (*reader.shape, *u.shape)): return 1.0
-    return prod(reader.shape) / max(prod(u.shape), 1)
+    return max_count(reader.shape) / max(max_count(u.shape), 1)
 
 
 def recomputed(times: float, looped: bool, kernels: set[UOp], together: list[UOp], straight: dict[UOp, bool]) -> bool:
@@ -261,11 +262,11 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
                 (u.op is Ops.REDUCE_AXIS or ends_on_private_reduce(u, consumers)):
             realized.add(u)  # a reduction (or the chain it ends) stored once, not computed per padded position
         if u.op in GroupOp.Elementwise and expanded and (dear[u] or cost[u] > RECOMPUTE_LIMIT) and \
-                prod(u.shape) > BROADCAST_RECOMPUTE_SIZE:
+                max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE:
             realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
             # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
-        if u.op is Ops.PAD and expanded and prod(u.shape) > BROADCAST_RECOMPUTE_SIZE: realized.add(u)
+        if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
         spread[u], in_loop[u] = times, looped
     return realized, together
@@ -347,9 +348,9 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | Lo
     pending: list[tuple[UOp, UOp]] = []  # members of the scalar program seen so far; it runs after the last one
     for u in order:
         if u not in realized: continue
-        buf = buffer_uop(Buffer(device, prod(u.shape), u.dtype))
+        buf = buffer_uop(Buffer(device, max_count(u.shape), u.dtype))
         views[u] = UOp(Ops.RESHAPE, u.dtype, (buf,), u.shape)
-        if prod(u.shape) == 0: continue  # nothing to compute
+        if max_count(u.shape) == 0: continue  # nothing to compute
         if u.op is Ops.FOLD:
             items.append(loop_item(u, buf, views, device))
             continue

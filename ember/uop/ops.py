@@ -23,6 +23,7 @@ class Ops(enum.IntEnum):
 
     # graph structure
     SINK = enum.auto(); NOOP = enum.auto(); AFTER = enum.auto()  # noqa: E702
+    BIND = enum.auto()  # BIND(DEFINE_VAR, CONST): a variable with the value it has for one call (a symbolic size)
     # tensor level
     BUFFER = enum.auto(); CONST = enum.auto(); COPY = enum.auto(); CONTIGUOUS = enum.auto()  # noqa: E702
     ASSIGN = enum.auto(); DETACH = enum.auto(); KERNEL = enum.auto()  # noqa: E702
@@ -137,6 +138,7 @@ class FoldArg:
 
 
 ConstType = float | int | bool
+BOUND = [False]  # set at the first bind: realize looks for variables in graphs only from then on (schedule/unbind)
 TANGENT = "tangent"  # the arg of the MUL, ADD and NEG that forward mode builds on tangents (ad/forward.py): in
 # them a zero is a structural zero, which the symbolic rules fold whatever it meets (pm_structural_zeros)
 
@@ -225,6 +227,14 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     def __reduce__(self) -> tuple:
         return UOp, (self.op, self.dtype, self.src, self.arg)
 
+    def __bool__(self) -> bool:
+        """A comparison of symbolic sizes (`n < 4` for a bound n) is true or false where its bounds decide it, else a
+        TypeError: code that branches on a size must not guess for a size that changes from call to call."""
+        if self.op not in GroupOp.Comparison: return True
+        if self.vmin == self.vmax: return bool(self.vmin)
+        raise TypeError(f"the comparison {self.render()} of symbolic sizes depends on their values (bounds "
+                        f"{self.src[0].vmin}..{self.src[0].vmax} and {self.src[1].vmin}..{self.src[1].vmax})")
+
     def replace(self, **fields: Any) -> UOp:
         """This node with some of op/dtype/src/arg changed (a new node, or the same if nothing changed)."""
         new = (fields.get("op", self.op), fields.get("dtype", self.dtype), fields.get("src", self.src),
@@ -246,6 +256,18 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
         """A symbolic integer in [min_val, max_val]."""
         assert min_val <= max_val, f"variable {name}: empty range [{min_val}, {max_val}]"
         return UOp(Ops.DEFINE_VAR, dtype, arg=VarArg(name, min_val, max_val))
+
+    def bind(self, value: int) -> UOp:
+        """This variable (a DEFINE_VAR) with `value` for one call: a size a shape may hold (a batch that changes)."""
+        if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a Variable can be bound, not a {self.op.name}")
+        if not isinstance(value, int) or isinstance(value, bool) or not self.arg.min <= value <= self.arg.max:
+            raise ValueError(f"bind: {self.arg.name} takes an int in [{self.arg.min}, {self.arg.max}], got {value!r}")
+        BOUND[0] = True
+        return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(variable, value) of a BIND."""
+        return self.src[0], self.src[1].arg
 
     @staticmethod
     def range(end: int | UOp, axis: int, kind: AxisKind = AxisKind.LOOP, dtype: DType = dtypes.int32) -> UOp:
@@ -313,6 +335,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
         return self._bottom_up("_shape", _compute_shape)
 
     def __repr__(self) -> str:
+        if self.op is Ops.BIND: return f"{self.src[0].arg.name}={self.src[1].arg}"  # a size in a shape: `bs=32`
         return render_tree(self, max_depth=3)
 
     def render(self) -> str:
@@ -332,6 +355,7 @@ def _compute_min_max(u: UOp) -> tuple[ConstType, ConstType]:
     full = (d.min, d.max) if d.count and d.kind != "v" else (-math.inf, math.inf)
     if u.op is Ops.CONST: return u.arg, u.arg
     if u.op is Ops.DEFINE_VAR: return u.arg.min, u.arg.max
+    if u.op is Ops.BIND: return u.src[0].arg.min, u.src[0].arg.max
     if u.op is Ops.RANGE: return 0, max(0, u.src[0].vmax - 1)
     if u.op in (Ops.AFTER, Ops.GEP): return u.src[0].vmin, u.src[0].vmax  # a lane of a vector: its bounds hold
     if u.op is Ops.SPECIAL: return 0, max(0, u.src[0].vmax - 1)
@@ -394,7 +418,7 @@ def _compute_ranges(u: UOp) -> dict[UOp, None]:
 def _compute_shape(u: UOp) -> tuple[int, ...]:
     if u.op is Ops.BUFFER: return (u.arg.size,)
     if u.op is Ops.DEFINE_GLOBAL: return (u.dtype.size,)
-    if u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
+    if u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): return ()
     if u.op is Ops.ARANGE: return (u.arg,)
     if u.op is Ops.FOLD: return u.arg.shape
     if u.op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
@@ -454,6 +478,7 @@ def render_expr(root: UOp) -> str:
         s = [text[x] for x in u.src]
         if u.op is Ops.CONST: text[u] = repr(u.arg)
         elif u.op is Ops.DEFINE_VAR: text[u] = u.arg.name
+        elif u.op is Ops.BIND: text[u] = f"{u.src[0].arg.name}={u.src[1].arg}"
         elif u.op is Ops.RANGE: text[u] = f"r{u.arg.axis}"
         elif u.op in _INFIX: text[u] = f"({s[0]}{_INFIX[u.op]}{s[1]})"
         elif u.op is Ops.NEG: text[u] = f"(-{s[0]})"

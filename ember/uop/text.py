@@ -10,7 +10,7 @@ import json
 import struct
 
 from ember.dtype import DType
-from ember.uop.ops import UOp
+from ember.uop.ops import Ops, UOp
 
 
 def graph_text(sink: UOp) -> str:
@@ -40,6 +40,7 @@ def value_text(x: object, numbered: dict[UOp, int]) -> str:
     if isinstance(x, dict) and type(x) is dict:
         return "{" + ",".join(f"{value_text(k, numbered)}:{value_text(v, numbered)}" for k, v in x.items()) + "}"
     if isinstance(x, UOp):
+        if x.op is Ops.DEFINE_VAR and x not in numbered: return f"var{value_text(x.arg, numbered)}"  # a size
         if x not in numbered: raise TypeError("value_text: a UOp arg outside the graph")
         return f"%{numbered[x]}"
     if isinstance(x, enum.Enum): return f"{type(x).__qualname__}.{x.name}"

@@ -1,0 +1,177 @@
+"""Symbolic sizes (ember/variables.py): a Variable bound per call stands for a batch that changes; kernels are
+compiled once for the variable and run with each call's value. Oracles: numpy, and ember's own concrete results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember.engine.realize as realize
+from ember import JitError, Tensor, Variable, jit
+from ember.errors import ShapeError
+from ember.nn import Linear
+from ember.nn.optim import SGD
+
+rng = np.random.default_rng(7)
+
+
+@pytest.fixture
+def programs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the programs codegen makes from here on (each new kernel AST, compiled or read from disk)."""
+    made: list[str] = []
+    original = realize.cached_program
+
+    def counted(ast, renderer):  # type: ignore[no-untyped-def]
+        spec = original(ast, renderer)
+        made.append(spec.name)
+        return spec
+    monkeypatch.setattr(realize, "cached_program", counted)
+    return made
+
+
+def batch(n: int, features: int, var: object) -> tuple[np.ndarray, Tensor]:
+    x = rng.standard_normal((n, features)).astype(np.float32)
+    return x, Tensor(x).realize().reshape(var.bind(n), features)  # type: ignore[attr-defined]
+
+
+def test_variable_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="identifier"): Variable("batch size", 1, 8)
+    with pytest.raises(ValueError, match="min <= max"): Variable("n", 5, 2)
+    v = Variable("n", 1, 8)
+    with pytest.raises(ValueError, match=r"n takes an int in \[1, 8\], got 9"): v.bind(9)
+    with pytest.raises(ValueError, match="got 2.0"): v.bind(2.0)  # type: ignore[arg-type]
+    assert repr(v.bind(3)) == "n=3"
+
+
+def test_eager_ops_on_a_symbolic_batch_match_numpy_and_compile_once(programs: list[str]) -> None:
+    bs = Variable("bs", 1, 64)
+    w_np, b_np = rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    w, b = Tensor(w_np).realize(), Tensor(b_np).realize()
+    counts = []
+    for n in (3, 17, 64, 1):
+        x_np, x = batch(n, 8, bs)
+        h = (x @ w + b).relu()
+        assert h.shape == (bs.bind(n), 5)
+        ref = np.maximum(x_np @ w_np + b_np, 0)
+        m = ref.max(1, keepdims=True)
+        np.testing.assert_allclose(h.numpy(), ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(h.sum(1).numpy(), ref.sum(1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(h.sum(0).numpy(), ref.sum(0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(h.mean().numpy(), ref.mean(), rtol=1e-5)  # divides by the bound count
+        np.testing.assert_allclose(h.log_softmax(1).numpy(), ref - m - np.log(np.exp(ref - m).sum(1, keepdims=True)),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(h.reshape(n, 5).numpy(), ref, rtol=1e-5, atol=1e-6)  # back to a concrete shape
+        counts.append(len(programs))
+    assert counts[0] > 0 and counts[1:] == counts[:1] * 3  # the batches after the first compiled nothing
+
+
+def test_symbolic_results_equal_concrete_ones_bit_for_bit() -> None:
+    bs = Variable("bs", 1, 32)
+    w = Tensor(rng.standard_normal((16, 12)).astype(np.float32)).realize()
+    for n in (5, 32):
+        x_np, x = batch(n, 16, bs)
+        symbolic = ((x @ w).tanh() * 3 - x.sum(1, keepdim=True)).numpy()
+        concrete = ((Tensor(x_np) @ w).tanh() * 3 - Tensor(x_np).sum(1, keepdim=True)).numpy()
+        np.testing.assert_array_equal(symbolic, concrete)
+
+
+def test_gradients_through_a_symbolic_batch() -> None:
+    bs = Variable("bs", 1, 64)
+    w_np = rng.standard_normal((8, 5)).astype(np.float32)
+    for n in (3, 10):
+        w = Tensor(w_np.copy(), requires_grad=True)
+        x_np, x = batch(n, 8, bs)
+        (x @ w).relu().sum(1).mean().backward()
+        np.testing.assert_allclose(w.grad.numpy(), x_np.T @ ((x_np @ w_np) > 0).astype(np.float32) / n,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_reshapes_keep_or_read_through_the_symbolic_axis() -> None:
+    bs = Variable("bs", 1, 16)
+    x_np, x = batch(6, 12, bs)
+    np.testing.assert_array_equal(x.reshape(bs.bind(6), 3, 4).numpy(), x_np.reshape(6, 3, 4))  # kept whole
+    np.testing.assert_array_equal(x.reshape(12, bs.bind(6)).numpy(), x_np.reshape(12, 6))  # through the buffer
+    np.testing.assert_array_equal((x + 1).reshape(72).numpy(), (x_np + 1).reshape(72))  # realized first
+    with pytest.raises(ShapeError, match="elements with these values"): x.reshape(bs.bind(5), 12)
+    with pytest.raises(ShapeError, match="must be a bound Variable"): x.reshape(bs, 12)
+    other = Tensor(np.zeros((5, 12), np.float32)).reshape(bs.bind(5), 12)
+    with pytest.raises(ShapeError, match=r"\(bs=6, 12\) and \(bs=5, 12\) cannot be broadcast"): x + other
+
+    @jit
+    def pair(a: Tensor, b: Tensor) -> Tensor: return a.sum() + b.sum()
+    with pytest.raises(ShapeError, match="bs is bound to both 6 and 5"): pair(x, other)
+
+
+def test_a_comparison_its_bounds_do_not_decide_raises() -> None:
+    n = Variable("n", 1, 8).bind(4)
+    assert bool(n.src[0] < 9) and not bool(n.src[0] < 1)  # decided by the bounds
+    with pytest.raises(TypeError, match="depends on their values"): bool(n.src[0] < 4)
+
+
+def test_jit_replays_any_batch_size_without_compiling(programs: list[str]) -> None:
+    bs = Variable("bs", 1, 128)
+    w_np = rng.standard_normal((24, 10)).astype(np.float32)
+    w = Tensor(w_np).realize()
+
+    @jit
+    def predict(x: Tensor) -> Tensor: return (x @ w).relu().log_softmax(1)
+    seen = []
+    for n in (4, 9, 128, 1, 9, 33):
+        x_np, x = batch(n, 24, bs)
+        out = predict(x)
+        assert out.shape == (bs.bind(n), 10)
+        ref = np.maximum(x_np @ w_np, 0)
+        m = ref.max(1, keepdims=True)
+        np.testing.assert_allclose(out.numpy(), ref - m - np.log(np.exp(ref - m).sum(1, keepdims=True)), rtol=1e-5,
+                                   atol=1e-5)
+        seen.append(len(programs))
+    assert predict.replay is not None and seen[1:] == seen[:1] * 5  # recorded at 4 and 9, then replayed
+
+
+def test_jitted_training_step_with_a_changing_batch_equals_eager() -> None:
+    bs = Variable("bs", 1, 64)
+
+    def model() -> tuple[list[Linear], SGD]:
+        layers = [Linear(32, 16), Linear(16, 4)]
+        for k, layer in enumerate(layers):
+            layer.weight = Tensor(np.random.default_rng(k).standard_normal(layer.weight.shape).astype(np.float32)
+                                  * 0.3).realize()
+            layer.bias = Tensor(np.zeros(layer.bias.shape, np.float32)).realize()
+        return layers, SGD([t for layer in layers for t in (layer.weight, layer.bias)], lr=0.1)
+
+    def step_of(layers: list[Linear], opt: SGD):  # type: ignore[no-untyped-def]
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            opt.zero_grad()
+            loss = layers[1](layers[0](x).relu()).cross_entropy(y)
+            loss.backward()
+            opt.step(loss)
+            return loss
+        return step
+    (la, oa), (lb, ob) = model(), model()
+    jitted, eager = jit(step_of(la, oa)), step_of(lb, ob)
+    with Tensor.train():
+        for n in (16, 7, 64, 16, 3):
+            x = rng.random((n, 32), dtype=np.float32)
+            y = rng.integers(0, 4, n).astype(np.int32)
+            got = jitted(Tensor(x).realize().reshape(bs.bind(n), 32), Tensor(y).realize().reshape(bs.bind(n)))
+            want = eager(Tensor(x), Tensor(y))
+            # (sums over the batch may be added in another order than the concrete kernels': a rounding apart)
+            np.testing.assert_allclose(got.item(), want.item(), rtol=1e-6)
+            for a, b in zip(la, lb, strict=True):
+                np.testing.assert_allclose(a.weight.numpy(), b.weight.numpy(), rtol=1e-5, atol=1e-7)
+    assert jitted.replay is not None
+
+
+def test_jit_refuses_a_variable_bound_inside_to_a_changing_value() -> None:
+    bs = Variable("bs", 1, 16)
+    sizes = iter([3, 5, 7, 9])
+    data = Tensor(rng.standard_normal(16 * 4).astype(np.float32)).realize()
+
+    @jit
+    def head(x: Tensor) -> Tensor:
+        n = next(sizes)  # a Python value read inside: its binding is a constant of each recording
+        return x + data[:n * 4].reshape(n, 4).reshape(bs.bind(n), 4).sum(0)
+    x = Tensor(np.ones(4, np.float32)).realize()
+    head(x)
+    head(x)
+    with pytest.raises(JitError, match="do not run the same kernels"): head(x)
