@@ -15,8 +15,9 @@ Not kept (scheduled by kernelize every time): graphs with a FOLD (their loop bod
 own; rare per step, and cheap next to their loop), and the schedules `make_template` refuses: one reading a buffer
 the walk did not see, or an output read through a view of a stored node.
 
-The key holds no UOps (buffers by number, args by value) and a template's ASTs read DEFINE_GLOBALs, so the cache
-keeps no tensor graph or buffer alive; the walk's node list, which the template's views index, is the caller's.
+The key holds no UOps but broadcast constants (buffers by number, args by value; a constant's nodes are small and
+read no buffer) and a template's ASTs read DEFINE_GLOBALs, so the cache keeps no tensor graph or buffer alive; the
+walk's node list, which the template's views index, is the caller's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import NamedTuple
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import DType
 from ember.helpers import ContextVar
-from ember.schedule.kernelize import ExecItem, LoopItem, computed, create_schedule
+from ember.schedule.kernelize import ExecItem, LoopItem, computed, create_schedule, is_constant
 from ember.uop.ops import Ops, UOp
 
 CACHE_SIZE = 4096  # templates kept; the first made goes first
@@ -60,7 +61,7 @@ templates: dict[tuple, Template | None] = {}  # None: the graph is not one to ke
 def structure(outputs: list[UOp], device: str) -> Graph | None:
     """The key of the graph of `outputs` on `device`: each node's op, dtype, arg and sources by their place in the
     walk, a buffer by its number, size and dtype, a node an earlier run stored (kernelize.computed) by the view it
-    is read through, and the flags' generation. None for a graph with a FOLD."""
+    is read through, a broadcast constant by its node, and the flags' generation. None for a graph with a FOLD."""
     place: dict[UOp, int] = {}
     nodes: list[UOp] = []
     signature: list[tuple] = []
@@ -72,16 +73,21 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     swapped = False  # a node was walked as the view of its stored value
     stack: list[UOp] = outputs[::-1]
     BUFFER, FOLD = Ops.BUFFER, Ops.FOLD  # (an enum member read from its class costs more than a local)
+    CONST, RESHAPE, EXPAND = Ops.CONST, Ops.RESHAPE, Ops.EXPAND
     while stack:  # post-order without recursion: a node stays under its sources until they have places
         u = stack[-1]
         if u in place:
             stack.pop()
             continue
-        if (view := stored(ref(u))) is not None:  # (looked up again when the view is placed: cheaper than a memo)
+        if ((op := u.op) is CONST or op is EXPAND or op is RESHAPE) and is_constant(u):
+            # a constant, broadcast: the node itself (hash-consed, its identity is its structure; never stored, and
+            # kept alive by the key it is in, so the same constant built again is this node)
+            entry: tuple = ("const", u)
+        elif (view := stored(ref(u))) is not None:  # (looked up again when the view is placed: cheaper than a memo)
             if view not in place:
                 stack.append(view)
                 continue
-            entry: tuple = ("stored", place[view])
+            entry = ("stored", place[view])
             swapped = True
         else:
             waiting = False
@@ -90,12 +96,12 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
                     stack.append(s)
                     waiting = True
             if waiting: continue
-            if (op := u.op) is BUFFER:
+            if op is BUFFER:
                 buf = u.__dict__["buffer"]  # (buffer_of, inline)
                 if (k := numbers.get(id(buf))) is None:
                     k = numbers[id(buf)] = len(buffers)
                     buffers.append(buf)
-                entry = ("buffer", k, u.dtype.name, u.dtype.count, buf.device, buf.size)
+                entry = ("buffer", k, u.dtype.name, u.dtype.count, buf.device, u.arg.size)  # (the size it is read as)
             elif op is FOLD: return None
             # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
             else:
