@@ -175,3 +175,17 @@ def test_jit_refuses_a_variable_bound_inside_to_a_changing_value() -> None:
     head(x)
     head(x)
     with pytest.raises(JitError, match="do not run the same kernels"): head(x)
+
+
+@pytest.mark.parametrize("n", [1, 5, 7, 13, 64])
+def test_register_rows_of_a_symbolic_batch_past_its_end_store_nothing(n: int) -> None:
+    """A matmul's batch rows are tiled into registers in steps of several rows (codegen/opt.py upcast_symbolic):
+    the last step's rows past n read row n - 1 and are not stored. Equal to the concrete kernel's bits; right also
+    where the batch axis is not the outermost of what is stored (the transpose: a row past the end would overwrite
+    the next; its concrete kernel may sum in another order)."""
+    bs = Variable("bs", 1, 96)
+    w_np = rng.standard_normal((40, 48)).astype(np.float32)
+    w = Tensor(w_np).realize()
+    x_np, x = batch(n, 40, bs)
+    np.testing.assert_array_equal((x @ w).numpy(), (Tensor(x_np) @ w).numpy())
+    np.testing.assert_allclose((x @ w).T.contiguous().numpy(), (x_np @ w_np).T, rtol=1e-5, atol=1e-5)

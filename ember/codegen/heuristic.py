@@ -60,8 +60,9 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     widest = max((u.src[1].dtype.itemsize if u.op is Ops.STORE else u.dtype.itemsize for u in nodes
                   if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and u.src[0].src[1].ranges), default=4)
     lanes = renderer.vector_bytes // widest
-    # a loop of symbolic size (a batch: ember/variables.py) is never split: the others get the lanes and threads
+    # a loop of symbolic size (a batch: ember/variables.py) gets no vector lanes and no threads, only register rows
     outputs = [a for a in axes if a.arg.kind is not AxisKind.REDUCE and fixed(a)]
+    batch = [a for a in axes if a.arg.kind is not AxisKind.REDUCE and not fixed(a)]
     reduces = [a for a in axes if a.arg.kind is AxisKind.REDUCE]
     opts: list[Opt] = []
 
@@ -101,20 +102,14 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         if c > 1: add(OptOps.UPCAST, pair[1], c)
     elif vector is not None and vector.arg.kind is AxisKind.REDUCE:
         add(OptOps.UNROLL, vector, lanes * next(n for n in (4, 2, 1) if range_size(vector) % (lanes * n) == 0))
-    elif vector is not None and reduces and len(outputs) == 1 and (batch := [a for a in axes if not fixed(a)]):
-        # rows of symbolic number (a batch) are not tiled into registers: v vectors across the columns (v
-        # independent sums), and the column panel outside the rows, in cache while they stream past it
-        add(OptOps.UPCAST, vector, lanes * next(v for v in (4, 2, 1) if range_size(vector) % (lanes * v) == 0))
-        if (p := position(vector)) is not None and (q := position(batch[0])) is not None and p > q:
-            opts.append(Opt(OptOps.SWAP, q, p))
-            sink = apply_opt(sink, opts[-1])
-    elif vector is not None and reduces and len(outputs) >= 2:  # a register tile: r rows x v vectors
-        # rows: an axis the vector-loaded operand does not depend on, so each vector it loads feeds r rows
-        rows = max((a for a in outputs if a is not vector),
+    elif vector is not None and reduces and len(outputs + batch) >= 2:  # a register tile: r rows x v vectors
+        # rows: an axis the vector-loaded operand does not depend on, so each vector it loads feeds r rows (a
+        # symbolic one too: its last step's lanes past the end read the last row and store nothing, opt.py)
+        rows = max((a for a in outputs + batch if a is not vector),
                    key=lambda a: (sum(a not in o.ranges for o in streamed), a.arg.axis))
         # r*v accumulators, a loaded vector and a broadcast in registers; v up to 8 vectors (a conv's 56-wide rows: 7)
         tiles = [(r, v) for r in (8, 6, 4, 3, 2, 1) for v in (4, 3, 2, 1, 8, 7, 6, 5) if r * v + 2 <= registers and
-                 range_size(rows) % r == 0 and range_size(vector) % (lanes * v) == 0]
+                 (not fixed(rows) or range_size(rows) % r == 0) and range_size(vector) % (lanes * v) == 0]
         r, v = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - 2 * t[1])))
         add(OptOps.UPCAST, vector, lanes * v)
         if r > 1: add(OptOps.UPCAST, rows, r)

@@ -76,13 +76,16 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
     rng = axes[opt.axis]
     amount, reduces = opt.amount, rng.arg.kind is AxisKind.REDUCE
     if opt.op is OptOps.SWAP: return swap(sink, rng, axes, opt, name)  # (loop order: any size)
-    if rng.src[0].op is not Ops.CONST: raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size")
+    if rng.src[0].op is not Ops.CONST:
+        if opt.op is OptOps.UPCAST and rng.arg.kind is not AxisKind.REDUCE and 2 <= amount:
+            return upcast_symbolic(sink, rng, amount, fresh_axis(sink), opt)
+        raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size (only UPCAST splits one)")
     size = range_size(rng)
     if amount < 2 or size % amount: raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}")
     if reduces != (opt.op is OptOps.UNROLL):
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is {'a reduce' if reduces else 'an output'} axis; "
                              f"{opt.op.name} applies to {'reduce' if opt.op is OptOps.UNROLL else 'output'} axes")
-    fresh = 1 + max(u.arg.axis for u in sink.toposort() if u.op is Ops.RANGE)
+    fresh = fresh_axis(sink)
     dtype = rng.dtype
     if opt.op is OptOps.THREAD:
         if any(u.op is Ops.SPECIAL for u in sink.toposort()): raise KernelOptError(f"{name}: {opt}: threaded twice")
@@ -99,6 +102,28 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
             sink = substitute(sink, {r: r.replace(src=tuple(p for s in r.src for p in (parts if s is rng else (s,))))
                                      for r in sink.toposort() if r.op is Ops.REDUCE and rng in r.src[1:]})
     sink = substitute(sink, {rng: new})
+    return graph_rewrite(sink, symbolic, name=f"opt {opt}")
+
+
+def fresh_axis(sink: UOp) -> int:
+    return 1 + max(u.arg.axis for u in sink.toposort() if u.op is Ops.RANGE)
+
+
+def upcast_symbolic(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> UOp:
+    """UPCAST of an output loop of symbolic size n (a batch): ceil(n / amount) steps of `amount` lanes. The lanes
+    past n read the last row (an address clamped to n - 1: in bounds, no test per load) and store nothing (the
+    stores are gated by row < n)."""
+    end, dtype = rng.src[0], rng.dtype
+    lane = UOp.range(amount, fresh, AxisKind.UPCAST, dtype)
+    outer = UOp.range((end + (amount - 1)) // amount, rng.arg.axis, rng.arg.kind, dtype)
+    row = outer * amount + lane
+    inside = row < end
+    stores = {st: st.replace(src=(idx.replace(src=(*idx.src[:2], inside if len(idx.src) < 3 else idx.src[2] & inside)),
+                                  *st.src[1:]))
+              for st in sink.toposort() if st.op is Ops.STORE and rng in (idx := st.src[0]).src[1].ranges}
+    if any(len(st.src[0].src) < 2 for st in stores): raise KernelOptError(f"{opt}: a store without an address")
+    sink = substitute(sink, stores)
+    sink = substitute(sink, {rng: inside.where(row, end - 1)})
     return graph_rewrite(sink, symbolic, name=f"opt {opt}")
 
 

@@ -307,11 +307,14 @@ class CRenderer(Renderer):
             elif u.op is Ops.END:
                 depth -= 1
                 body.append("  " * depth + "}")
-            elif u.op is Ops.STORE and u.src[1].dtype.count > 1 and u.src[0].dtype.addrspace is not AddrSpace.REG:
-                body.append(f"{pad}store_{c_type(u.src[1].dtype)}({names[u.src[0]]}, {names[u.src[1]]});")
             elif u.op is Ops.STORE:
-                value = f"bf16_bits({names[u.src[1]]})" if _is_bf16_memory(u.src[0]) else names[u.src[1]]
-                body.append(f"{pad}*{names[u.src[0]]} = {value};")
+                # a gated store (the lanes past a symbolic loop's end: codegen/opt.py) writes only where its gate is
+                gate = f"if ({unwrap(names[u.src[0].src[2]])}) " if len(u.src[0].src) > 2 else ""
+                if u.src[1].dtype.count > 1 and u.src[0].dtype.addrspace is not AddrSpace.REG:
+                    body.append(f"{pad}{gate}store_{c_type(u.src[1].dtype)}({names[u.src[0]]}, {names[u.src[1]]});")
+                else:
+                    value = f"bf16_bits({names[u.src[1]]})" if _is_bf16_memory(u.src[0]) else names[u.src[1]]
+                    body.append(f"{pad}{gate}*{names[u.src[0]]} = {value};")
             elif u.op in (Ops.SINK, Ops.NOOP):
                 continue
             else:
