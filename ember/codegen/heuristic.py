@@ -91,11 +91,12 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     if vector is not None: lanes = fit(vector)
     registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
     streamed = [o for o in offsets if vector is not None and stride_one(o, vector, lanes)]
-    if vector is not None and vector.arg.kind is AxisKind.REDUCE and (pair := dot_tile(outputs, streamed)):
+    if vector is not None and vector.arg.kind is AxisKind.REDUCE and (pair := dot_tile(outputs + batch, streamed)):
         # dot products (x @ w.T: both operands stride one along the sum): an r x c tile of vector accumulators,
-        # each step loads r + c vectors for r*c fused multiply-adds
+        # each step loads r + c vectors for r*c fused multiply-adds (a symbolic axis needs no divisor: opt.py)
         tiles = [(r, c) for r in (4, 3, 2, 1) for c in (4, 3, 2, 1) if r * c + r + c <= registers and
-                 range_size(pair[0]) % r == 0 and range_size(pair[1]) % c == 0]
+                 (not fixed(pair[0]) or range_size(pair[0]) % r == 0) and
+                 (not fixed(pair[1]) or range_size(pair[1]) % c == 0)]
         r, c = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - t[1])))
         add(OptOps.UNROLL, vector, lanes)
         if r > 1: add(OptOps.UPCAST, pair[0], r)
