@@ -13,8 +13,10 @@ Cases, all float32:
           (x + 1).realize(). Target: ember <= 10 µs.
   mlp     one SGD step (lr 0.01) of an MLP 784-512-512-10 with relu and a cross-entropy loss, batch 64: ember.jit of
           `opt.zero_grad(); loss = ...; loss.backward(); opt.step(loss)` with ember.nn.Linear and ember.nn.optim.SGD;
-          the same step eager (ember-eager); torch eager; torch.compile of the whole step (dynamo breaks the graph at
-          backward: the forward, the backward and the optimizer step compile apart); tinygrad TinyJit of the step.
+          the same step eager (ember-eager); the same step jitted with the batch a Variable bound to 64 (ember
+          symbolic: its kernels serve any batch up to 256); torch eager; torch.compile of the whole step (dynamo
+          breaks the graph at backward: the forward, the backward and the optimizer step compile apart); tinygrad
+          TinyJit of the step.
           Every framework starts from the same weights and batch (numpy, seed 0): the first step's losses are
           printed and must agree.
   kernels ember's jitted step as its kernels alone: for each kernel the replay runs (step.replay.kernels), its
@@ -53,7 +55,7 @@ import numpy as np
 
 WORKERS = ["ember", "numpy", "torch", "torch.compile", "tinygrad"]
 TINY, BATCH, SIZES, LR = 16, 64, (784, 512, 512, 10), 0.01
-BATCH_SECONDS = {"eager": 0.04, "jit": 0.04, "mlp": 0.15, "mlp-eager": 0.15, "kernels": 0.0}
+BATCH_SECONDS = {"eager": 0.04, "jit": 0.04, "mlp": 0.15, "mlp-eager": 0.15, "mlp-symbolic": 0.15, "kernels": 0.0}
 PAUSE = 0.1  # s between batches
 KERNEL_REPEATS = 9  # calls per kernel in a `kernels` sample, the median taken
 
@@ -81,7 +83,7 @@ def tiny_input() -> np.ndarray:
 
 def ember_cases(mlp: bool) -> tuple[str, dict[str, Call], dict[str, float], dict[str, Any]]:
     """ember's calls; also the first step's loss of each training step, and the jitted step (for `kernels`)."""
-    from ember import Tensor, jit
+    from ember import Tensor, Variable, jit
     from ember.nn import Linear
     from ember.nn.optim import SGD
 
@@ -112,13 +114,17 @@ def ember_cases(mlp: bool) -> tuple[str, dict[str, Call], dict[str, float], dict
             return loss
         return step
 
-    jitted, eager = jit(make_step()), make_step()
+    jitted, eager, symbolic = jit(make_step()), make_step(), jit(make_step())
+    bs = Variable("bs", 1, 4 * BATCH).bind(BATCH)  # the batch as a symbolic size: kernels for any batch up to 256
+    xs, ys = x.reshape(bs, SIZES[0]), y.reshape(bs)
     losses: dict[str, float] = {}
     with Tensor.train():
         losses["mlp"] = jitted(x, y).item()
         losses["mlp-eager"] = eager(x, y).item()
+        losses["mlp-symbolic"] = symbolic(xs, ys).item()
     calls["mlp"] = lambda: train_call(Tensor, jitted, x, y)
     calls["mlp-eager"] = lambda: train_call(Tensor, eager, x, y)
+    calls["mlp-symbolic"] = lambda: train_call(Tensor, symbolic, xs, ys)
     return "ember", calls, losses, {"jitted": jitted}
 
 
@@ -354,6 +360,7 @@ ROWS: list[tuple[str, str, list[tuple[str, str, str]]]] = [
                                               ("tinygrad", "tinygrad", "jit")]),
     ("mlp", f"MLP {'-'.join(map(str, SIZES))} SGD step, batch {BATCH}",
      [("ember", "ember", "mlp"), ("ember-eager", "ember", "mlp-eager"), ("ember kernels", "ember", "kernels"),
+      ("ember symbolic", "ember", "mlp-symbolic"),
       ("torch", "torch", "mlp"), ("torch.compile", "torch.compile", "mlp"), ("tinygrad", "tinygrad", "mlp")]),
 ]
 
@@ -445,6 +452,8 @@ def main() -> None:
         print(f"\nember's jitted step / the sum of its kernels alone: {step / kernels:.3f} (target <= 1.05; "
               f"{us(step - kernels)} µs per step outside the kernels)")
     if step and eager: print(f"ember jit / eager step: {step / eager:.2f}")
+    if step and (symbolic := median_wall(mlp, "ember symbolic")):
+        print(f"ember jit, batch a Variable / batch fixed: {symbolic / step:.2f}")
     if losses := [f"{p.name} {case} {v:.6f}" for p in peers for case, v in p.losses.items()]:
         print("first step's loss (same weights and batch): " + ", ".join(losses))
     for p in peers:
