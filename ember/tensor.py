@@ -457,7 +457,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         read its buffer all the same (kernelize.computed)."""
         tensors = (self, *others)
         uops = [t.uop for t in tensors]
-        if BOUND[0] and (symbolic := unbind(uops))[1]: return self._realize_symbolic(tensors, *symbolic)
+        if BOUND[0] and any(u.bound for u in uops): return self._realize_symbolic(tensors, *unbind(uops))
         graph = schedule_cache.structure(uops, self.device)
         items, views = schedule_cache.schedule(uops, self.device, graph)
         outputs = {buffer_of(v.src[0]) for t in tensors if (v := views[t.uop]).op is Ops.RESHAPE and

@@ -330,6 +330,12 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
         return tuple(n for n in self._bottom_up("_ranges", _compute_ranges))
 
     @property
+    def bound(self) -> bool:
+        """Whether the graph holds a bound variable (a BIND, as a value or in a shape): cached per node, so a new
+        node over old ones costs a look at its sources."""
+        return self._bottom_up("_bound", _compute_bound)
+
+    @property
     def shape(self) -> tuple[int, ...]:
         """The shape of a tensor-level node."""
         return self._bottom_up("_shape", _compute_shape)
@@ -400,6 +406,12 @@ def c_idiv(a: int, b: int) -> int:
     """a / b truncated toward zero, as in C. b must not be 0."""
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b > 0) else -q
+
+
+def _compute_bound(u: UOp) -> bool:
+    if u.op is Ops.BIND: return True
+    if u.op in (Ops.RESHAPE, Ops.EXPAND) and any(type(s) is UOp for s in u.arg): return True
+    return any(s._bound for s in u.src)  # type: ignore[attr-defined]  # filled by _bottom_up before us
 
 
 def _compute_ranges(u: UOp) -> dict[UOp, None]:
