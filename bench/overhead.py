@@ -19,9 +19,10 @@ Cases, all float32:
           TinyJit of the step.
           Every framework starts from the same weights and batch (numpy, seed 0): the first step's losses are
           printed and must agree.
-  kernels ember's jitted step as its kernels alone: for each kernel the replay runs (step.replay.kernels), its
-          program called on its recorded buffers (runner.program(..., wait=True)), the median of 9 calls; their sum.
-          Target: the jitted step within 5% of this sum (replay / kernels <= 1.05).
+  kernels ember's jitted step as its kernels alone: the kernels the replay runs (step.replay.kernels), in their
+          order, each program called on its recorded buffers and timed on its own (runner.program(..., wait=True));
+          their sum, the median over 9 such passes: what the kernels cost in the step, without what runs between
+          them. Target: the jitted step within 5% of this sum (replay / kernels <= 1.05).
 
 Each framework runs in a worker process of its own (ember, numpy, torch, torch.compile, tinygrad with DEV=CPU:CLANG),
 which builds and warms every case first; a framework that fails to import or to run a case is skipped with a line
@@ -133,14 +134,16 @@ def train_call(tensor: Any, step: Callable[[Any, Any], Any], x: Any, y: Any) -> 
 
 
 def ember_kernel_sum(jitted: Any) -> Call:
-    """One `kernels` sample: the sum over the replay's kernels of each one's median time alone, per call."""
+    """One `kernels` sample: the replay's kernels run in their order, each timed on its own; the median over
+    KERNEL_REPEATS such passes of their sum. (Each kernel run 9 times in a row, as before, finds its data in cache
+    from its previous run: a sum a step, whose kernels each read what the one before wrote, never reaches.)"""
     replay = jitted.replay
     if replay is None: raise RuntimeError("the jitted step has no replay after its warm-up calls")
     runs = [(runner.program, [b.raw for b in bufs]) for runner, bufs, _ in replay.kernels]
 
     def kernel_sum() -> float:
-        return sum(statistics.median(program(*raws, wait=True) for _ in range(KERNEL_REPEATS))
-                   for program, raws in runs)
+        return statistics.median(sum(program(*raws, wait=True) for program, raws in runs)
+                                 for _ in range(KERNEL_REPEATS))
     return kernel_sum
 
 
