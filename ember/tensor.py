@@ -457,8 +457,9 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         read its buffer all the same (kernelize.computed)."""
         tensors = (self, *others)
         uops = [t.uop for t in tensors]
-        if BOUND[0] and any(u.bound for u in uops): return self._realize_symbolic(tensors, *unbind(uops))
         graph = schedule_cache.structure(uops, self.device)
+        if graph.bound if graph is not None else BOUND[0] and any(u.bound for u in uops):
+            return self._realize_symbolic(tensors, *unbind(uops))
         items, views = schedule_cache.schedule(uops, self.device, graph)
         outputs = {buffer_of(v.src[0]) for t in tensors if (v := views[t.uop]).op is Ops.RESHAPE and
                    v.src[0].op is Ops.BUFFER} if len(items) > 2 else None  # (fewer share no memory)

@@ -30,7 +30,7 @@ from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import DType
 from ember.helpers import ContextVar
 from ember.schedule.kernelize import ExecItem, LoopItem, computed, create_schedule, is_constant
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import BOUND, Ops, UOp
 
 CACHE_SIZE = 4096  # templates kept; the first made goes first
 
@@ -53,6 +53,7 @@ class Graph(NamedTuple):
     nodes: list[UOp]
     buffers: list[Buffer]
     stored: bool  # a node stood for by the view of its stored value (what lies below it was not walked)
+    bound: bool  # the graph holds a bound variable (looked for once any was bound: ops.BOUND)
 
 
 templates: dict[tuple, Template | None] = {}  # None: the graph is not one to keep (see make_template)
@@ -71,15 +72,16 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     # returns again, and the weak dictionary keys by such references
     stored, ref = computed.data.get, weakref.ref
     swapped = False  # a node was walked as the view of its stored value
+    look, bound = BOUND[0], False  # (a bound variable: a BIND, or in a RESHAPE's or EXPAND's shape)
     stack: list[UOp] = outputs[::-1]
     BUFFER, FOLD = Ops.BUFFER, Ops.FOLD  # (an enum member read from its class costs more than a local)
-    CONST, RESHAPE, EXPAND = Ops.CONST, Ops.RESHAPE, Ops.EXPAND
+    CONST, RESHAPE, EXPAND, BIND = Ops.CONST, Ops.RESHAPE, Ops.EXPAND, Ops.BIND
     while stack:  # post-order without recursion: a node stays under its sources until they have places
         u = stack[-1]
         if u in place:
             stack.pop()
             continue
-        if ((op := u.op) is CONST or op is EXPAND or op is RESHAPE) and is_constant(u):
+        if ((op := u.op) is CONST or op is EXPAND or op is RESHAPE) and is_constant(u) and not (look and u.bound):
             # a constant, broadcast: the node itself (hash-consed, its identity is its structure; never stored, and
             # kept alive by the key it is in, so the same constant built again is this node)
             entry: tuple = ("const", u)
@@ -106,6 +108,8 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
             # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
             else:
                 arg = u.arg  # (arg_key, inline: a float by its bits)
+                if look and (op is BIND or ((op is RESHAPE or op is EXPAND) and any(type(s) is UOp for s in arg))):
+                    bound = True
                 entry = (op, (dtype := u.dtype).name, dtype.count, ("float", arg.hex()) if type(arg) is float else
                          arg, *[place[s] for s in u.src])
         stack.pop()
@@ -113,7 +117,7 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
         nodes.append(u)
         signature.append(entry)
     return Graph((device, ContextVar.generation, tuple([place[o] for o in outputs]), tuple(signature)), nodes,
-                 buffers, swapped)
+                 buffers, swapped, bound)
 
 
 def make_template(graph: Graph, items: list[ExecItem | LoopItem], views: dict[UOp, UOp], outputs: list[UOp]
@@ -162,7 +166,7 @@ def instantiate(t: Template, graph: Graph, outputs: list[UOp]) -> tuple[list[Exe
     return items, views
 
 
-WALK = Graph((), [], [], False)  # schedule's default: walk the graph itself
+WALK = Graph((), [], [], False, False)  # schedule's default: walk the graph itself
 
 
 def schedule(outputs: list[UOp], device: str, graph: Graph | None = WALK

@@ -408,10 +408,14 @@ def c_idiv(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
+_SHAPED = frozenset({Ops.RESHAPE, Ops.EXPAND})  # the ops whose arg is a shape, where a bound variable may be
+
+
 def _compute_bound(u: UOp) -> bool:
-    if u.op is Ops.BIND: return True
-    if u.op in (Ops.RESHAPE, Ops.EXPAND) and any(type(s) is UOp for s in u.arg): return True
-    return any(s._bound for s in u.src)  # type: ignore[attr-defined]  # filled by _bottom_up before us
+    if (op := u.op) is Ops.BIND or (op in _SHAPED and any(type(s) is UOp for s in u.arg)): return True
+    for s in u.src:
+        if s._bound: return True  # type: ignore[attr-defined]  # filled by _bottom_up before us
+    return False
 
 
 def _compute_ranges(u: UOp) -> dict[UOp, None]:
