@@ -6,7 +6,8 @@ Run: python examples/demo.py             trains a 64-128-10 MLP with Adam, print
 The digits (1,797 images, bundled with scikit-learn, no download) are split 80/20 with a fixed seed. Each training
 step (forward, backward, Adam update) is one schedule of fused kernels; the kernels compile on the first step and
 are reused by every later one (and cached on disk across runs). The step is jitted (ember.jit): from its third call
-on, its kernels replay in one native call, with no scheduling or Python per kernel.
+on, its kernels replay in one native call, with no scheduling or Python per kernel. The batch size is a Variable, so
+the last batch of an epoch (29 images) replays the same kernels as the full ones.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ember import Context, GlobalCounters, Tensor, jit
+from ember import Context, GlobalCounters, Tensor, Variable, jit
 from ember.device import Device
 from ember.engine.realize import cached_program
 from ember.nn import Linear
@@ -65,12 +66,15 @@ def train_digits(epochs: int = 20, batch_size: int = 64, lr: float = 3e-3, seed:
         opt.step(loss)  # the loss is computed in the step's schedule
         return loss
 
+    # the batch size as a symbolic size: the last, smaller batch of an epoch runs the same kernels, replayed
+    size = Variable("batch", 1, batch_size)
     for epoch in range(1, epochs + 1):
         order, losses = rng.permutation(len(x_train)), []
         with Tensor.train():
-            for i in range(0, len(order) - batch_size + 1, batch_size):  # the last partial batch is dropped
-                batch = order[i:i + batch_size]
-                losses.append(step(Tensor(x_train[batch]), Tensor(y_train[batch])))
+            for i in range(0, len(order), batch_size):
+                rows = order[i:i + batch_size]
+                n = size.bind(len(rows))
+                losses.append(step(Tensor(x_train[rows]).reshape(n, 64), Tensor(y_train[rows]).reshape(n)))
         accuracy = float((model(x_test_t).argmax(1).numpy() == y_test).mean())
         mean_loss = sum(loss.item() for loss in losses) / len(losses)
         log(f"epoch {epoch:2d}  loss {mean_loss:.4f}  test accuracy {100 * accuracy:5.2f}%  "
