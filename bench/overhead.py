@@ -22,7 +22,10 @@ Cases, all float32:
   kernels ember's jitted step as its kernels alone: the kernels the replay runs (step.replay.kernels), in their
           order, each program called on its recorded buffers and timed on its own (runner.program(..., wait=True));
           their sum, the median over 9 such passes: what the kernels cost in the step, without what runs between
-          them. Target: the jitted step within 5% of this sum (replay / kernels <= 1.05).
+          them. Target: the jitted step within 5% of this sum (replay / kernels <= 1.05). The ratio is printed twice:
+          from the medians of the `ember` and `ember kernels` columns, and paired: in each `kernels` sample a step
+          and a pass of its kernels alternate, and their ratio is taken per round (robust to a machine whose speed
+          drifts between batches).
 
 Each framework runs in a worker process of its own (ember, numpy, torch, torch.compile, tinygrad with DEV=CPU:CLANG),
 which builds and warms every case first; a framework that fails to import or to run a case is skipped with a line
@@ -58,7 +61,7 @@ WORKERS = ["ember", "numpy", "torch", "torch.compile", "tinygrad"]
 TINY, BATCH, SIZES, LR = 16, 64, (784, 512, 512, 10), 0.01
 BATCH_SECONDS = {"eager": 0.04, "jit": 0.04, "mlp": 0.15, "mlp-eager": 0.15, "mlp-symbolic": 0.15, "kernels": 0.0}
 PAUSE = 0.1  # s between batches
-KERNEL_REPEATS = 9  # calls per kernel in a `kernels` sample, the median taken
+KERNEL_REPEATS = 9  # passes over the kernels (and steps) in a `kernels` sample, the median taken
 
 # a case's body: one call (the batch loop calls it n times)
 Call = Callable[[], Any]
@@ -133,17 +136,24 @@ def train_call(tensor: Any, step: Callable[[Any, Any], Any], x: Any, y: Any) -> 
     with tensor.train(): return step(x, y)
 
 
-def ember_kernel_sum(jitted: Any) -> Call:
-    """One `kernels` sample: the replay's kernels run in their order, each timed on its own; the median over
-    KERNEL_REPEATS such passes of their sum. (Each kernel run 9 times in a row, as before, finds its data in cache
-    from its previous run: a sum a step, whose kernels each read what the one before wrote, never reaches.)"""
+def ember_kernel_sum(jitted: Any, step: Call) -> Callable[[], tuple[float, float]]:
+    """One `kernels` sample: KERNEL_REPEATS times, a call of the jitted step, then a pass over the replay's kernels
+    in their order, each timed on its own; the medians of the passes' sums and of the steps. (Each kernel run 9
+    times in a row, as before, finds its data in cache from its previous run: a sum a step, whose kernels each read
+    what the one before wrote, never reaches. The step and its kernels taken in turn see the same machine: their
+    ratio holds on a machine whose speed drifts from one second to the next, as this shared one's does.)"""
     replay = jitted.replay
     if replay is None: raise RuntimeError("the jitted step has no replay after its warm-up calls")
     runs = [(runner.program, [b.raw for b in bufs]) for runner, bufs, _ in replay.kernels]
 
-    def kernel_sum() -> float:
-        return statistics.median(sum(program(*raws, wait=True) for program, raws in runs)
-                                 for _ in range(KERNEL_REPEATS))
+    def kernel_sum() -> tuple[float, float]:
+        kernels, steps = [], []
+        for _ in range(KERNEL_REPEATS):
+            start = time.perf_counter()
+            step()
+            steps.append(time.perf_counter() - start)
+            kernels.append(sum(program(*raws, wait=True) for program, raws in runs))
+        return statistics.median(kernels), statistics.median(steps)
     return kernel_sum
 
 
@@ -280,7 +290,7 @@ def worker(name: str, only: str | None) -> None:
             errors[case] = short(e)
     if "jitted" in extra and "mlp" in sizes:
         try:
-            calls["kernels"] = ember_kernel_sum(extra["jitted"])
+            calls["kernels"] = ember_kernel_sum(extra["jitted"], calls["mlp"])
             calls["kernels"]()
             sizes["kernels"] = 1
         except Exception as e:
@@ -292,10 +302,10 @@ def worker(name: str, only: str | None) -> None:
         try:
             call = calls[case]
             cpu = time.process_time()
-            if case == "kernels":  # the sum of the kernels' medians; busy as over the whole sample
+            if case == "kernels":  # the kernels' sum and the step beside it; busy as over the whole sample
                 start = time.perf_counter()
-                total = call()
-                reply(s=total, cpu=total * (time.process_time() - cpu) / (time.perf_counter() - start))
+                total, step = call()
+                reply(s=total, cpu=total * (time.process_time() - cpu) / (time.perf_counter() - start), step=step)
                 continue
             start = time.perf_counter()
             for _ in range(n): call()
@@ -369,6 +379,7 @@ ROWS: list[tuple[str, str, list[tuple[str, str, str]]]] = [
 
 
 Samples = dict[str, list[tuple[float, float]]]  # column -> (wall s per call, process CPU s per call) per round
+PAIRED: list[tuple[float, float]] = []  # per `kernels` sample: (the jitted step, the sum of its kernels), in turn
 
 
 def measure(peers: dict[str, Peer], cells: list[tuple[str, str, str]], rounds: int) -> Samples:
@@ -379,8 +390,11 @@ def measure(peers: dict[str, Peer], cells: list[tuple[str, str, str]], rounds: i
         for column, who, case in live[r % len(live):] + live[:r % len(live)] if live else []:
             time.sleep(PAUSE)
             got = peers[who].ask(120, case=case)
-            if "s" in got: samples[column].append((got["s"], got["cpu"]))
-            else: peers[who].errors[case] = got["error"]
+            if "s" not in got:
+                peers[who].errors[case] = got["error"]
+                continue
+            samples[column].append((got["s"], got["cpu"]))
+            if "step" in got: PAIRED.append((got["step"], got["s"]))
     return samples
 
 
@@ -454,6 +468,10 @@ def main() -> None:
     if step and kernels:
         print(f"\nember's jitted step / the sum of its kernels alone: {step / kernels:.3f} (target <= 1.05; "
               f"{us(step - kernels)} µs per step outside the kernels)")
+    if PAIRED:
+        ratios = sorted(a / b for a, b in PAIRED)
+        print(f"the same, paired (the step and a pass of its kernels in turn, {KERNEL_REPEATS} times a round): "
+              f"{statistics.median(ratios):.3f} median [{ratios[0]:.3f}-{ratios[-1]:.3f}] over {len(ratios)} rounds")
     if step and eager: print(f"ember jit / eager step: {step / eager:.2f}")
     if step and (symbolic := median_wall(mlp, "ember symbolic")):
         print(f"ember jit, batch a Variable / batch fixed: {symbolic / step:.2f}")

@@ -214,6 +214,7 @@ class Replay:
         # where its value comes from: a state's new buffer, an earlier output's, or a buffer of its own
         written = {id(b) for _, bufs, outs in kernels for b in bufs[:outs]}
         self.fresh_states = [id(after) in written for _, _, after in rec.states]
+        self.state_shapes = [t.shape for t, _, _ in rec.states]  # (a new view's shape: a replay keeps shapes)
         self.source: list[tuple[str, int]] = []
         for k, b in enumerate(rec.outputs):
             kind, n = rec.roles[id(b)]
@@ -283,8 +284,10 @@ class Replay:
         for recorded, ref in self.tracked.values():
             if (t := ref()) is not None: swap.append((recorded, current(t)))
         new_states: list[Buffer] = []
+        olds: list[Buffer] = []  # each state's buffer before the call
         for (t, before, after), fresh in zip(rec.states, self.fresh_states, strict=True):
-            swap.append((before, current(t)))
+            olds.append(old := current(t))
+            swap.append((before, old))
             new = Buffer(after.device, after.size, after.dtype) if fresh else after
             if fresh: swap.append((after, new))
             new_states.append(new)
@@ -308,9 +311,9 @@ class Replay:
             for (runner, bufs, _), vals in zip(rec.recorder.kernels, self.vals, strict=True):
                 runner.program(*[self.bound.get(id(b), b) for b in bufs], vals=vals)  # type: ignore[operator]
         state_views = []
-        for (t, _, after), new in zip(rec.states, new_states, strict=True):
-            old = current(t)
-            if new is not after: t.uop = UOp(Ops.RESHAPE, t.dtype, (buffer_uop(new),), t.shape)
+        for (t, _, after), new, old, shape in zip(rec.states, new_states, olds, self.state_shapes, strict=True):
+            if new is not after:
+                t.uop = UOp(Ops.RESHAPE, t.dtype, (buffer_uop(new),), rebound(shape, values) if values else shape)
             state_views.append(t.uop)
             moved(t, old)
         for k, (kind, n) in enumerate(self.source):
