@@ -6,7 +6,8 @@ buffers, the tensors fn gave new values (`assign`: parameters, optimizer state),
 (constants) and the random numbers it drew. A second recording must match the first kernel for kernel and buffer
 for buffer (a third may stand in for a first call that did one-time work, such as realizing lazy weights); from the
 next call on, `Replay` runs the recorded kernels in one native call (runtime/graph.NativeGraph) on the new inputs'
-buffers, with fresh buffers for the outputs and the new values of the assigned tensors, intermediates in one arena
+buffers, with fresh buffers for the outputs and the new values of the assigned tensors (a state's buffer from the
+call before when nothing else refers to it any more: two buffers in turn, no allocation), intermediates in one arena
 (engine/memory.py), and new random words.
 
 A Tensor input may hold a symbolic size (ember/variables.py: `x.reshape(bs.bind(n), 784)`): the recordings and
@@ -215,6 +216,7 @@ class Replay:
         written = {id(b) for _, bufs, outs in kernels for b in bufs[:outs]}
         self.fresh_states = [id(after) in written for _, _, after in rec.states]
         self.state_shapes = [t.shape for t, _, _ in rec.states]  # (a new view's shape: a replay keeps shapes)
+        self.spare: list[Buffer | None] = [None] * len(rec.states)  # per state, its buffer before the last call
         self.source: list[tuple[str, int]] = []
         for k, b in enumerate(rec.outputs):
             kind, n = rec.roles[id(b)]
@@ -285,11 +287,14 @@ class Replay:
             if (t := ref()) is not None: swap.append((recorded, current(t)))
         new_states: list[Buffer] = []
         olds: list[Buffer] = []  # each state's buffer before the call
-        for (t, before, after), fresh in zip(rec.states, self.fresh_states, strict=True):
+        for k, ((t, before, after), fresh) in enumerate(zip(rec.states, self.fresh_states, strict=True)):
             olds.append(old := current(t))
             swap.append((before, old))
-            new = Buffer(after.device, after.size, after.dtype) if fresh else after
-            if fresh: swap.append((after, new))
+            if fresh:  # the buffer the state left at the last call, when nothing else refers to it, else a new one
+                if sys.getrefcount(self.spare[k]) == 2 and self.spare[k] is not old: new = self.spare[k]
+                else: new = Buffer(after.device, after.size, after.dtype)
+                swap.append((after, new))
+            else: new = after
             new_states.append(new)
         views: list[UOp | None] = []
         for k, (kind, n) in enumerate(self.source):
@@ -311,9 +316,11 @@ class Replay:
             for (runner, bufs, _), vals in zip(rec.recorder.kernels, self.vals, strict=True):
                 runner.program(*[self.bound.get(id(b), b) for b in bufs], vals=vals)  # type: ignore[operator]
         state_views = []
-        for (t, _, after), new, old, shape in zip(rec.states, new_states, olds, self.state_shapes, strict=True):
+        for k, ((t, _, after), new, old, shape) in enumerate(zip(rec.states, new_states, olds, self.state_shapes,
+                                                                 strict=True)):
             if new is not after:
                 t.uop = UOp(Ops.RESHAPE, t.dtype, (buffer_uop(new),), rebound(shape, values) if values else shape)
+                self.spare[k] = old  # (its memory and cached address serve a later call once nothing reads it)
             state_views.append(t.uop)
             moved(t, old)
         for k, (kind, n) in enumerate(self.source):

@@ -148,6 +148,37 @@ def test_training_loop_jitted_equals_eager(optimizer: Callable[[list[Tensor]], A
     assert len(set(jit_losses)) == len(jit_losses)  # the loss changes: the replays updated the parameters
 
 
+def test_a_state_buffer_is_reused_only_when_nothing_reads_it() -> None:
+    """A replay writes a parameter's new value into the buffer it left at the call before, when nothing else refers
+    to that buffer: a snapshot of an old value (a detached view, the old tensor's graph) keeps its values."""
+    w = Tensor(arr(4, 3), requires_grad=True)
+    opt = SGD([w], lr=0.5)
+
+    @jit
+    def step(x: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = (x @ w).square().sum()
+        loss.backward()
+        opt.step(loss)
+        return loss
+    x = Tensor(arr(2, 4, seed=3))
+    for _ in range(3): step(x)
+    buffers = []
+    for _ in range(4):
+        step(x)
+        buffers.append(id(stored_buffer(w.uop)))
+    assert len(set(buffers)) == 2  # two buffers in turn: each call reads one and writes the other
+    snapshot = w.detach()
+    kept = snapshot.numpy().copy()
+    expected = w.numpy().copy()
+    for _ in range(3):
+        step(x)
+        x_np, w_np = x.numpy(), expected
+        expected = w_np - 0.5 * (2 * x_np.T @ (x_np @ w_np))
+        np.testing.assert_array_equal(snapshot.numpy(), kept)  # the old value's buffer is not written
+        np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
 # ---- 1c. random numbers ----------------------------------------------------------------------------------------------
 
 def noisy(x: Tensor) -> Tensor:
