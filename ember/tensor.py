@@ -377,6 +377,9 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     def __len__(self) -> int:
         if not self.shape: raise TypeError("len() of a 0-d tensor")
+        if type(self.shape[0]) is UOp:
+            raise TypeError(f"len() of a tensor whose first axis is symbolic ({self.shape[0]!r}): it has no int; use "
+                            "t.shape[0]")
         return self.shape[0]
 
     def __hash__(self) -> int: return id(self)

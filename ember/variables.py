@@ -6,8 +6,9 @@ the value it is bound to: a jitted function called with batches of 8, 16 and 33 
 
 What the front end allows, so that every size stays an exact expression of the variables:
 - a symbolic dimension is a bound variable itself (not `2 * bs`), and it is never 1 for broadcasting;
-- elementwise ops, broadcasting, reductions (over any axis: a mean divides by the bound count), permute, expand,
-  matmul and the ops built from them;
+- elementwise ops, broadcasting, reductions and argmax (over any axis: a mean divides by the bound count),
+  permute, expand, matmul, and slices, pads and joins of the other axes; not slices, indexing, pads or joins along a
+  symbolic axis (a ShapeError says so);
 - a reshape keeps each symbolic axis whole; one between a concrete and a symbolic shape reads the buffer (the
   tensor is realized first if it is not one already): `x.reshape(bs, 784)` of an (n, 784) tensor, and back.
 
@@ -63,7 +64,7 @@ def max_count(shape: tuple[Sint, ...]) -> int:
 def check_dim(op: str, s: Any) -> None:
     if type(s) is UOp and s.op is not Ops.BIND:
         raise ShapeError(f"{op}: a symbolic size must be a bound Variable (Variable(name, lo, hi).bind(n)), got "
-                         f"{s.render()}")
+                         f"{s.render()}: a symbolic axis is kept whole, never merged with others (flatten) or scaled")
 
 
 def same_axes(new: tuple[Sint, ...], old: tuple[Sint, ...]) -> bool:

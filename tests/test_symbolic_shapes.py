@@ -189,3 +189,24 @@ def test_register_rows_of_a_symbolic_batch_past_its_end_store_nothing(n: int) ->
     x_np, x = batch(n, 40, bs)
     np.testing.assert_array_equal((x @ w).numpy(), (Tensor(x_np) @ w).numpy())
     np.testing.assert_allclose((x @ w).T.contiguous().numpy(), (x_np @ w_np).T, rtol=1e-5, atol=1e-5)
+
+
+def test_ops_along_other_axes_and_the_symbolic_one() -> None:
+    """Slices, pads and joins of the concrete axes keep the symbolic one (its size stays the bound variable, not
+    `bs + 0`); a reduction and an argmax over it; what is not supported along it raises a ShapeError naming it."""
+    bs = Variable("bs", 1, 16)
+    x_np, x = batch(5, 6, bs)
+    assert x[:, 1:4].shape == (bs.bind(5), 3) and x.pad(((0, 0), (1, 1))).shape == (bs.bind(5), 8)
+    np.testing.assert_array_equal(x[:, 1:4].numpy(), x_np[:, 1:4])
+    np.testing.assert_array_equal(x.pad(((0, 0), (1, 1))).numpy(), np.pad(x_np, ((0, 0), (1, 1))))
+    np.testing.assert_array_equal(x.cat(x * 2, dim=1).numpy(), np.concatenate([x_np, x_np * 2], 1))
+    np.testing.assert_array_equal(x.max(0).values.numpy(), x_np.max(0))
+    np.testing.assert_array_equal(x.argmax(0).numpy(), x_np.argmax(0))  # counts down from the symbolic size
+    np.testing.assert_array_equal(x.argmax(1).numpy(), x_np.argmax(1))
+    np.testing.assert_allclose(x.softmax(1).numpy(), np.exp(x_np) / np.exp(x_np).sum(1, keepdims=True), rtol=1e-5)
+    with pytest.raises(ShapeError, match="indexing the symbolic axis 0"): x[1:3]
+    with pytest.raises(ShapeError, match="indexing the symbolic axis 0"): x[0]
+    with pytest.raises(ShapeError, match="joining along the symbolic axis 0"): x.cat(x)
+    with pytest.raises(ShapeError, match="never merged with others"): x.flatten()
+    with pytest.raises(ShapeError, match="only the whole axis"): x.shrink(((0, 2), None))
+    with pytest.raises(TypeError, match="first axis is symbolic"): len(x)

@@ -163,6 +163,8 @@ class CreationMixin:
         """
         if stop is None: start, stop = 0, start
         if step == 0: raise ValueError("arange: step must be nonzero")
+        if isinstance(start, UOp) or isinstance(stop, UOp): return cls._symbolic_arange(start, stop, step, dtype,
+                                                                                        device, requires_grad)
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
         if dtype is None and dt.is_int: dt = int_dtype_for("arange", start, start + max(n - 1, 0) * step)
@@ -172,6 +174,20 @@ class CreationMixin:
         if start == 0 and step == 1: return with_requires_grad(index.cast(dt), requires_grad)
         wide = dtypes.float64 if dt.is_float else dtypes.int64  # start + i*step exactly, then one rounding
         return with_requires_grad((index.cast(wide) * step + start).cast(dt), requires_grad)
+
+    @classmethod
+    def _symbolic_arange(cls, start: Any, stop: Any, step: float, dtype: DType | str | None, device: str | None,
+                         requires_grad: bool | None) -> Tensor:
+        """arange(n) and arange(n, 0, -1) of a symbolic size n (a bound Variable: ember/variables.py)."""
+        from ember.tensor import Tensor
+        n = stop if isinstance(stop, UOp) else start
+        if n.op is not Ops.BIND or (start, stop, step) not in ((0, n, 1), (n, 0, -1)):
+            raise ShapeError(f"arange: of a symbolic size only arange(n) and arange(n, 0, -1) are supported, got "
+                             f"arange({start!r}, {stop!r}, {step})")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+        index = Tensor._from_uop(UOp(Ops.ARANGE, dtypes.int32, arg=n), Device.canonicalize(device or Device.DEFAULT))
+        values = index if step == 1 else index._wrap(n) - index  # n, n-1, ..., 1
+        return with_requires_grad(values.cast(dt), requires_grad)
 
     @classmethod
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,

@@ -27,6 +27,7 @@ import numpy as np
 from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import ContextVar, prod, strides_for_shape
+from ember.uop.ops import UOp
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -129,7 +130,13 @@ def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
             shape.append(1); kinds.append("basic")
             continue
         size = x.shape[axis]
-        if isinstance(it, Tensor):
+        if isinstance(size, UOp):  # a symbolic axis (ember/variables.py): kept whole, or not supported
+            if not (isinstance(it, slice) and it == slice(None)):
+                raise ShapeError(f"index: indexing the symbolic axis {axis} (size {size}) with {it!r} is not "
+                                 "supported; only ':' keeps it (reshape to a concrete shape first)")
+            box.append((0, size)); flips.append(False); steps.append(1)
+            shape.append(size); kinds.append("basic")
+        elif isinstance(it, Tensor):
             if not it.dtype.is_int: raise IndexError(f"index: tensors used as indices must be int or bool, not "
                                                      f"{it.dtype.name}")
             check_index_range("index", it, size, axis, wraps=True)

@@ -261,9 +261,15 @@ class MovementMixin:
         """The sub-box [start, end) on every axis (None keeps an axis)."""
         if len(arg) != self.ndim:
             raise ShapeError(f"shrink: {len(arg)} ranges for the {self.ndim} axes of {self.shape}")
-        box = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        for a, s in zip(arg, self.shape, strict=True):
+            if type(s) is UOp and a is not None and tuple(a) != (0, s):
+                raise ShapeError(f"shrink: range {tuple(a)} of the symbolic axis of size {s!r} in {self.shape}: only "
+                                 "the whole axis is supported (reshape to a concrete shape first)")
+        box = tuple((0, s) if a is None or type(s) is UOp else (int(a[0]), int(a[1]))
+                    for a, s in zip(arg, self.shape, strict=True))
         for (b, e), s in zip(box, self.shape, strict=True):
-            if not 0 <= b <= e <= s: raise ShapeError(f"shrink: range {(b, e)} does not fit in {self.shape}")
+            if type(s) is not UOp and not 0 <= b <= e <= s:
+                raise ShapeError(f"shrink: range {(b, e)} does not fit in {self.shape}")
         return self if all(b == 0 and e == s for (b, e), s in zip(box, self.shape, strict=True)) else \
             self._movement(Ops.SHRINK, box)
 
@@ -478,6 +484,9 @@ class MovementMixin:
         dtype = tensors[0].dtype
         for t in tensors[1:]: dtype = least_upper_dtype(dtype, t.dtype)
         sizes = [t.shape[d] for t in tensors]
+        if any(type(size) is UOp for size in sizes):
+            raise ShapeError(f"cat: joining along the symbolic axis {d} of {first.shape} is not supported (its length "
+                             "would be a sum of variables); reshape to concrete shapes first")
         total = sum(sizes)
         position = Tensor.arange(total, device=first.device).reshape(tuple(total if i == d else 1
                                                                            for i in range(first.ndim)))

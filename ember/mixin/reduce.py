@@ -215,7 +215,7 @@ class ReduceMixin:
         countdown = Tensor.arange(n, 0, -1, dtype="int64", device=self.device).reshape(
             tuple(n if i == a else 1 for i in range(self.ndim)))
         first = is_peak.where(countdown, 0)._max_values(a, keepdim, "argmax")
-        return (n - first).cast("int64")
+        return (-first + n).cast("int64")  # (n may be a symbolic size: the tensor's operator takes it)
 
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The index of the first smallest element."""

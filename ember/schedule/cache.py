@@ -30,7 +30,7 @@ from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import DType
 from ember.helpers import ContextVar
 from ember.schedule.kernelize import ExecItem, LoopItem, computed, create_schedule, is_constant
-from ember.uop.ops import BOUND, Ops, UOp
+from ember.uop.ops import BOUND, Ops, UOp, sizes_of
 
 CACHE_SIZE = 4096  # templates kept; the first made goes first
 
@@ -75,7 +75,7 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
     look, bound = BOUND[0], False  # (a bound variable: a BIND, or in a RESHAPE's or EXPAND's shape)
     stack: list[UOp] = outputs[::-1]
     BUFFER, FOLD = Ops.BUFFER, Ops.FOLD  # (an enum member read from its class costs more than a local)
-    CONST, RESHAPE, EXPAND, BIND = Ops.CONST, Ops.RESHAPE, Ops.EXPAND, Ops.BIND
+    CONST, RESHAPE, EXPAND, BIND, ARANGE, SHRINK = Ops.CONST, Ops.RESHAPE, Ops.EXPAND, Ops.BIND, Ops.ARANGE, Ops.SHRINK
     while stack:  # post-order without recursion: a node stays under its sources until they have places
         u = stack[-1]
         if u in place:
@@ -108,7 +108,8 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
             # (a dtype by its name and lanes: strings keep their hash, a DType computes its own at each lookup)
             else:
                 arg = u.arg  # (arg_key, inline: a float by its bits)
-                if look and (op is BIND or ((op is RESHAPE or op is EXPAND) and any(type(s) is UOp for s in arg))):
+                if look and (op is BIND or ((op is RESHAPE or op is EXPAND or op is ARANGE or op is SHRINK) and
+                                            any(type(s) is UOp for s in sizes_of(u)))):
                     bound = True
                 entry = (op, (dtype := u.dtype).name, dtype.count, ("float", arg.hex()) if type(arg) is float else
                          arg, *[place[s] for s in u.src])

@@ -1,7 +1,8 @@
 """Unbind: a graph whose shapes hold bound variables (ember/variables.py) as the same graph over the variables
 themselves, and their values. The first step of realizing a symbolic graph.
 
-Before: tensor-level graphs with BIND(var, value) in shapes (RESHAPE and EXPAND args) and as scalar values.
+Before: tensor-level graphs with BIND(var, value) in sizes (RESHAPE, EXPAND, SHRINK and ARANGE args) and as scalar
+        values.
 After:  the graphs with every BIND replaced by its DEFINE_VAR, and {var: value}. A buffer read in a symbolic shape
         (the reshape of a concrete tensor into one) is read through a BUFFER node sized for the variables' maxima.
 
@@ -40,7 +41,9 @@ def unbind(outputs: list[UOp]) -> tuple[list[UOp], dict[UOp, int]]:
             new[u] = bind_values((u,), values)[0]
             continue
         src = tuple(new[s] for s in u.src)
-        arg = bind_values(u.arg, values) if u.op in (Ops.RESHAPE, Ops.EXPAND) else u.arg
+        arg = bind_values(u.arg, values) if u.op in (Ops.RESHAPE, Ops.EXPAND) else \
+            bind_values((u.arg,), values)[0] if u.op is Ops.ARANGE else \
+            tuple(bind_values(pair, values) for pair in u.arg) if u.op is Ops.SHRINK else u.arg
         if u.op is Ops.RESHAPE and src[0].op is Ops.BUFFER and arg != u.arg and \
                 src[0].arg.size != (size := max_count(arg)):  # a concrete buffer read in a symbolic shape
             symbolic = buffer_uop(buffer_of(src[0]), size)

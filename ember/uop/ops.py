@@ -408,11 +408,17 @@ def c_idiv(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
-_SHAPED = frozenset({Ops.RESHAPE, Ops.EXPAND})  # the ops whose arg is a shape, where a bound variable may be
+_SHAPED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.ARANGE, Ops.SHRINK})  # the ops whose arg may hold a bound size
+
+
+def sizes_of(u: UOp) -> tuple:
+    """The sizes a RESHAPE's, EXPAND's, ARANGE's or SHRINK's arg holds (an ARANGE's is one, a SHRINK's are pairs)."""
+    if u.op is Ops.ARANGE: return (u.arg,)
+    return tuple(s for pair in u.arg for s in pair) if u.op is Ops.SHRINK else u.arg
 
 
 def _compute_bound(u: UOp) -> bool:
-    if (op := u.op) is Ops.BIND or (op in _SHAPED and any(type(s) is UOp for s in u.arg)): return True
+    if (op := u.op) is Ops.BIND or (op in _SHAPED and any(type(s) is UOp for s in sizes_of(u))): return True
     for s in u.src:
         if s._bound: return True  # type: ignore[attr-defined]  # filled by _bottom_up before us
     return False
@@ -440,8 +446,9 @@ def _compute_shape(u: UOp) -> tuple[int, ...]:
     if u.op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
     src = u.src[0]._shape if u.src else ()  # type: ignore[attr-defined]  # filled by _bottom_up before us
     if u.op is Ops.PERMUTE: return tuple(src[i] for i in u.arg)
-    if u.op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(src, u.arg, strict=True))
-    if u.op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+    # (an axis left as it is keeps its size itself: a symbolic one stays its bound variable, not `bs + 0`)
+    if u.op is Ops.PAD: return tuple(s if b == a == 0 else s + b + a for s, (b, a) in zip(src, u.arg, strict=True))
+    if u.op is Ops.SHRINK: return tuple(e if b == 0 else e - b for b, e in u.arg)
     if u.op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src))
     if u.op is Ops.GATHER: return src[:u.arg] + u.src[1]._shape + src[u.arg + 1:]  # type: ignore[attr-defined]
     if u.op in (Ops.SINK, Ops.KERNEL): return ()
