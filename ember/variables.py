@@ -1,6 +1,7 @@
 """Symbolic sizes: a `Variable` bound to a value per call stands for a dimension that changes (a batch).
 
-`Variable("bs", 1, 64).bind(32)` is a BIND node; a shape may hold it in place of an int (`x.reshape(bs, 784)`).
+`Variable("bs", 1, 64).bind(32)` is a BIND node; a shape may hold it in place of an int
+(`x.reshape(bs.bind(32), 784)`).
 Kernels are compiled once for the variable (their loop over that axis runs to a parameter), and each call passes
 the value it is bound to: a jitted function called with batches of 8, 16 and 33 runs the same programs.
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import ShapeError
-from ember.helpers import prod
 from ember.uop.ops import Ops, UOp
 
 Sint = int | UOp  # a size: an int, or a bound variable
@@ -31,8 +31,9 @@ def Variable(name: str, min_val: int, max_val: int) -> UOp:  # noqa: N802 (a con
     """A symbolic int32 size in [min_val, max_val]; `.bind(n)` gives it its value for a call."""
     if not name.isidentifier(): raise ValueError(f"Variable: the name must be an identifier (it names a C "
                                                  f"parameter), got {name!r}")
-    if not 0 <= min_val <= max_val: raise ValueError(f"Variable {name}: need 0 <= min <= max, got [{min_val}, "
-                                                     f"{max_val}]")
+    if not all(type(v) is int for v in (min_val, max_val)) or not 0 <= min_val <= max_val <= 2**31 - 1:
+        raise ValueError(f"Variable {name}: need ints 0 <= min <= max < 2**31 (an int32 parameter), got "
+                         f"[{min_val!r}, {max_val!r}]")
     return UOp.variable(name, min_val, max_val)
 
 
@@ -43,15 +44,6 @@ def is_symbolic(shape: tuple[Any, ...]) -> bool:
 def concrete(shape: tuple[Sint, ...]) -> tuple[int, ...]:
     """The shape with each bound variable as its value."""
     return tuple(s.unbind()[1] if type(s) is UOp else s for s in shape)
-
-
-def numel(shape: tuple[Sint, ...]) -> Sint:
-    """The element count: an int, or the product as an expression of the variables."""
-    if not is_symbolic(shape): return prod(shape)
-    count: Sint = prod(s for s in shape if type(s) is not UOp)
-    for s in shape:
-        if type(s) is UOp: count = s * count if type(count) is UOp or count != 1 else s
-    return count
 
 
 def max_count(shape: tuple[Sint, ...]) -> int:

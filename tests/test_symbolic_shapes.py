@@ -37,6 +37,8 @@ def batch(n: int, features: int, var: object) -> tuple[np.ndarray, Tensor]:
 def test_variable_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="identifier"): Variable("batch size", 1, 8)
     with pytest.raises(ValueError, match="min <= max"): Variable("n", 5, 2)
+    with pytest.raises(ValueError, match="need ints"): Variable("n", 0.5, 2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="2\\*\\*31"): Variable("n", 1, 2**31)
     v = Variable("n", 1, 8)
     with pytest.raises(ValueError, match=r"n takes an int in \[1, 8\], got 9"): v.bind(9)
     with pytest.raises(ValueError, match="got 2.0"): v.bind(2.0)  # type: ignore[arg-type]

@@ -118,11 +118,13 @@ def upcast_symbolic(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> U
     outer = UOp.range((end + (amount - 1)) // amount, rng.arg.axis, rng.arg.kind, dtype)
     row = outer * amount + lane
     inside = row < end
-    stores = {st: st.replace(src=(idx.replace(src=(*idx.src[:2], inside if len(idx.src) < 3 else idx.src[2] & inside)),
-                                  *st.src[1:]))
-              for st in sink.toposort() if st.op is Ops.STORE and rng in (idx := st.src[0]).src[1].ranges}
-    if any(len(st.src[0].src) < 2 for st in stores): raise KernelOptError(f"{opt}: a store without an address")
-    sink = substitute(sink, stores)
+
+    def gated(st: UOp) -> UOp:  # STORE(INDEX(buf, offset[, gate]), value) written only where row < n
+        idx = st.src[0]
+        gate = inside if len(idx.src) < 3 else idx.src[2] & inside
+        return st.replace(src=(idx.replace(src=(*idx.src[:2], gate)), *st.src[1:]))
+    sink = substitute(sink, {st: gated(st) for st in sink.toposort() if st.op is Ops.STORE and
+                             rng in st.src[0].src[1].ranges})
     sink = substitute(sink, {rng: inside.where(row, end - 1)})
     return graph_rewrite(sink, symbolic, name=f"opt {opt}")
 

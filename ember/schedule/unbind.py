@@ -16,7 +16,7 @@ from __future__ import annotations
 from ember.device import buffer_of, buffer_uop
 from ember.errors import ShapeError
 from ember.uop.ops import Ops, UOp
-from ember.variables import max_count
+from ember.variables import is_symbolic, max_count, rebound
 
 
 def bind_values(arg: tuple, values: dict[UOp, int]) -> tuple:
@@ -54,6 +54,5 @@ def unbind(outputs: list[UOp]) -> tuple[list[UOp], dict[UOp, int]]:
 
 def rebind(view: UOp, values: dict[UOp, int]) -> UOp:
     """A stored node's view (a BUFFER reshaped to a shape over variables) with the variables bound again."""
-    if view.op is not Ops.RESHAPE: return view
-    shape = tuple(s.bind(values[s]) if type(s) is UOp and s.op is Ops.DEFINE_VAR else s for s in view.arg)
-    return view if shape == view.arg else UOp(Ops.RESHAPE, view.dtype, (rebind(view.src[0], values),), shape)
+    if view.op is not Ops.RESHAPE or not is_symbolic(view.arg): return view
+    return view.replace(arg=rebound(view.arg, {var.arg.name: value for var, value in values.items()}))
