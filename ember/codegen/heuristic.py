@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from ember.codegen.opt import Opt, OptOps, apply_opt, kernel_axes, range_size
+from ember.codegen.opt import MAX_THREADS, Opt, OptOps, apply_opt, kernel_axes, range_size
 from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, UOp
@@ -122,10 +122,12 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     elif vector is not None:
         add(OptOps.UPCAST, vector, lanes)
     work = prod(most(a) for a in axes)
-    if renderer.cores > 1 and work >= THREAD_WORK:
+    # no more slices than the pool runs ($EMBER_THREADS=2048, or a bigger host, on a renderer made by hand)
+    cores = min(renderer.cores, MAX_THREADS)
+    if cores > 1 and work >= THREAD_WORK:
         for a in kernel_axes(sink):
-            if a.arg.kind is not AxisKind.REDUCE and fixed(a) and range_size(a) % renderer.cores == 0:
-                add(OptOps.THREAD, a, renderer.cores)
+            if a.arg.kind is not AxisKind.REDUCE and fixed(a) and range_size(a) % cores == 0:
+                add(OptOps.THREAD, a, cores)
                 break
     return opts
 

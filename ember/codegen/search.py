@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ember.codegen.heuristic import hand_coded_opts
-from ember.codegen.opt import KernelOptError, Opt, OptOps, apply_opt, apply_opts, kernel_axes, range_size
+from ember.codegen.opt import MAX_THREADS, KernelOptError, Opt, OptOps, apply_opt, apply_opts, kernel_axes, range_size
 from ember.codegen.pipeline import lower_optimized
 from ember.device import Buffer, Compiled, Device, cache_write, discard_damaged, read_cached, scratch_dir
 from ember.errors import CompileError
@@ -142,8 +142,9 @@ def extend(parent: Candidate, renderer: Renderer, name: str, max_lanes: int) -> 
 
 def actions(sink: UOp, renderer: Renderer) -> list[Opt]:
     """The opts worth trying next on `sink`: UPCAST (output axes) or UNROLL (reduce axes) by each of LANE_AMOUNTS
-    and the whole size up to 32 that divide the axis; THREAD of an output axis by the core count, or where that does
-    not divide it, by its largest divisor below; SWAP of each two output axes. Some may still be illegal."""
+    and the whole size up to 32 that divide the axis; THREAD of an output axis by the core count (at most the pool's
+    MAX_THREADS), or where that does not divide it, by its largest divisor below; SWAP of each two output axes. Some
+    may still be illegal."""
     axes = kernel_axes(sink)
     outputs = [i for i, a in enumerate(axes) if a.arg.kind is not AxisKind.REDUCE]
     opts: list[Opt] = []
@@ -153,7 +154,7 @@ def actions(sink: UOp, renderer: Renderer) -> list[Opt]:
         amounts = sorted({n for n in LANE_AMOUNTS if size % n == 0} | whole)
         opts += [Opt(OptOps.UPCAST if i in outputs else OptOps.UNROLL, i, n) for n in amounts]
         if i in outputs and renderer.cores > 1:
-            threads = max((n for n in range(2, renderer.cores + 1) if size % n == 0), default=None)
+            threads = max((n for n in range(2, min(renderer.cores, MAX_THREADS) + 1) if size % n == 0), default=None)
             if threads is not None: opts.append(Opt(OptOps.THREAD, i, threads))
     return opts + [Opt(OptOps.SWAP, i, j) for i in outputs for j in outputs if i < j]
 

@@ -21,6 +21,7 @@ import tempfile
 import time
 from typing import Any
 
+from ember.codegen.opt import MAX_THREADS
 from ember.device import (
     Allocator,
     Buffer,
@@ -175,9 +176,11 @@ def vector_bytes(target: str) -> int:
 
 
 def cpu_cores() -> int:
-    """The cores this process may run on (os.sched_getaffinity), or $EMBER_THREADS where set."""
-    if os.getenv("EMBER_THREADS"): return max(1, env_value("EMBER_THREADS", 1))
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores this process may run on (os.sched_getaffinity), or $EMBER_THREADS where set; at most the pool's
+    MAX_THREADS, which runs no more slices (a kernel split in more would be refused)."""
+    if os.getenv("EMBER_THREADS"): cores = max(1, env_value("EMBER_THREADS", 1))
+    else: cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cores, MAX_THREADS)
 
 
 # A persistent pool: worker k runs slice k of a threaded kernel, the caller slice 0. Workers spin a while after a

@@ -190,6 +190,18 @@ def test_ember_threads_sets_the_cores(cache: Path, setting: str, cores: int) -> 
     assert out.split() == [str(cores), str(cores)]
 
 
+def test_more_threads_than_the_pool_runs_are_capped(cache: Path) -> None:
+    """$EMBER_THREADS above the pool's 1024 (a host with more cores): kernels split in 1024 slices, and run right;
+    the heuristic asked for THREAD by 2048, which apply_opt refuses, so every threaded kernel raised."""
+    out = run_python("""
+        x = np.random.default_rng(1).uniform(-2, 2, (4096, 32)).astype(np.float32)
+        (item,) = (Tensor(x) * 2).schedule()
+        print(DEVICE.renderer.cores, get_program(item.ast, DEVICE.renderer).threads)
+        same((Tensor(x) * 2).numpy(), x * 2, "x * 2")
+    """, cache, EMBER_THREADS="2048")
+    assert out.split() == ["1024", "1024"]
+
+
 def test_cpu_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EMBER_THREADS", raising=False)
     if hasattr(os, "sched_getaffinity"): assert cpu_cores() == len(os.sched_getaffinity(0))
@@ -198,6 +210,8 @@ def test_cpu_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cpu_cores() == 5
     monkeypatch.setenv("EMBER_THREADS", "0")
     assert cpu_cores() == 1
+    monkeypatch.setenv("EMBER_THREADS", "5000")
+    assert cpu_cores() == 1024  # the pool's limit
 
 
 # ---- vector widths -----------------------------------------------------------------------------------------------
