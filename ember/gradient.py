@@ -59,10 +59,12 @@ def grad_pow(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
 
 
 def grad_atan2(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
-    """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)."""
+    """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2); 0 at the origin, where it is undefined, as torch (0/0 would be
+    NaN and spread to every gradient upstream)."""
     y, x = as_tensor(a, ctx), as_tensor(b, ctx)
     norm = x * x + y * y
-    return ctx * x / norm, -ctx * y / norm
+    scale = norm.eq(0).where(0.0, norm.reciprocal())
+    return ctx * x * scale, -ctx * y * scale
 
 
 def grad_reduce(ctx: Tensor, ret: UOp, x: UOp) -> Grads:

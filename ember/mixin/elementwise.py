@@ -33,9 +33,10 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 # Exponents torch computes with products, a reciprocal or a square root rather than libm's pow (bit for bit its
-# results in float32 and float64). Besides matching torch, they spare derivatives pow(x, 1.0) and pow(x, 0.0).
+# results in float32 and float64). Besides matching torch, they spare derivatives pow(x, 1.0). x ** 0 stays a POW
+# (libm gives 1 for every x, NaN included), so that x is in the graph and gets its zero gradient, as in torch.
 _POWERS: dict[float, Callable[[Tensor], Tensor]] = {
-    0: lambda a: a.ones_like(), 1: lambda a: a._wrap(a.uop), 2: lambda a: a * a, 3: lambda a: a * a * a,
+    1: lambda a: a._wrap(a.uop), 2: lambda a: a * a, 3: lambda a: a * a * a,
     -1: lambda a: a.reciprocal(), -2: lambda a: (a * a).reciprocal(), 0.5: lambda a: a.sqrt(),
     -0.5: lambda a: a.sqrt().reciprocal()}
 

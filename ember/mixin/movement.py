@@ -234,7 +234,7 @@ class MovementMixin:
         arg = tuple((int(b), int(a)) for b, a in pairs)
         if all(p == (0, 0) for p in arg): return self._copy()
         out = self._movement(Ops.PAD, arg)
-        if value == 0: return out
+        if value == 0 and math.copysign(1, value) > 0: return out  # -0.0 must be written: 1 / it is -inf
         from ember.tensor import Tensor
         inside = Tensor.ones(self.shape, dtype="bool", device=self.device).pad(arg)
         return inside.where(out, value).cast(self.dtype)

@@ -148,8 +148,12 @@ class ReduceMixin:
 
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
             dim: Axis = None) -> Tensor:
-        """The square root of `var`."""
-        return self.var(either_axis("std", axis, dim), keepdim, correction).sqrt()
+        """The square root of `var`. Where the variance is 0 (a constant slice) the gradient is 0, as torch's: sqrt's
+        derivative there is infinite, and 0 * inf would poison every gradient upstream with NaN. The where passes no
+        gradient to the branch it does not take, so the variance gets 0 there; a NaN variance (a singleton axis
+        with correction=1) stays NaN, value and gradient, as torch's."""
+        variance = self.var(either_axis("std", axis, dim), keepdim, correction)
+        return variance.eq(0).where(0.0, variance).sqrt()
 
     def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
                  dim: Axis = None) -> tuple[Tensor, Tensor]:
