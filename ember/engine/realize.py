@@ -67,20 +67,40 @@ class CompiledRunner:
         return self.program(*item.bufs, wait=wait)  # type: ignore[operator]
 
 
-_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+# (device, ast, codegen_flags()) -> its runner, least recently used first. The flags are in the key as they are in
+# the program cache's: a kernel run under NOOPT=1 or BEAM=2 after running without must not get the old program.
+_runners: dict[tuple[str, UOp, tuple], CompiledRunner] = {}
+# runners kept: past it the least recently used goes, and with it its loaded library once nothing else holds it (a
+# jit replay keeps its own); each costs about 49 KB of mappings and a dlopen handle, and comes back from the program
+# and compile caches on disk (a few ms) if its kernel runs again
+RUNNER_CACHE_SIZE = 4096
+_flags_seen: list = [-1, ()]  # [ContextVar.generation, codegen_flags() at it]
+
+
+def codegen_flags() -> tuple:
+    """The values of the flags codegen reads (all but NOT_CODEGEN_FLAGS), as a tuple; recomputed only when some flag
+    changed (ContextVar.generation), so that a runner lookup costs a comparison."""
+    if _flags_seen[0] != ContextVar.generation:
+        _flags_seen[:] = [ContextVar.generation, tuple(v.value for k, v in sorted(ContextVar.registry.items())
+                                                       if k not in NOT_CODEGEN_FLAGS)]
+    return _flags_seen[1]
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
-    """The compiled program for `ast` on `device`, built on first use and kept for the process."""
-    if (device, ast) not in _runners: prepare_runners([(device, ast)])
-    return _runners[(device, ast)]
+    """The compiled program for `ast` on `device` under the flags set now, built on first use and kept (up to
+    RUNNER_CACHE_SIZE runners, least recently used evicted)."""
+    key = (device, ast, codegen_flags())
+    if key not in _runners: prepare_runners([(device, ast)])
+    _runners[key] = runner = _runners.pop(key)  # (now the most recently used: a dict keeps insertion order)
+    return runner
 
 
 def prepare_runners(kernels: list[tuple[str, UOp]]) -> None:
-    """Build the runners of the `(device, ast)` kernels not built yet: codegen one after another (Python), the
-    compiler runs in parallel, one process per core (a schedule of new kernels: 20 kernels on 2 cores, 1.7 s ->
-    about half)."""
-    new = list(dict.fromkeys(k for k in kernels if k not in _runners))
+    """Build the runners of the `(device, ast)` kernels not built yet under the flags set now: codegen one after
+    another (Python), the compiler runs in parallel, one process per core (a schedule of new kernels: 20 kernels on 2
+    cores, 1.7 s -> about half)."""
+    flags = codegen_flags()
+    new = list(dict.fromkeys(k for k in kernels if (*k, flags) not in _runners))
     if not new: return
     specs = [cached_program(ast, Device[device].renderer) for device, ast in new]
     if DEBUG >= 4:
@@ -90,7 +110,9 @@ def prepare_runners(kernels: list[tuple[str, UOp]]) -> None:
     with ThreadPoolExecutor(min(len(new), os.cpu_count() or 1)) as pool: libs = list(pool.map(compile_one,
                                                                                             range(len(new))))
     for (device, ast), spec, lib in zip(new, specs, libs, strict=True):
-        _runners[(device, ast)] = CompiledRunner(spec, Device[device].program(spec.name, lib, threads=spec.threads))
+        _runners[(device, ast, flags)] = CompiledRunner(spec, Device[device].program(spec.name, lib,
+                                                                                     threads=spec.threads))
+    while len(_runners) > RUNNER_CACHE_SIZE: del _runners[next(iter(_runners))]
 
 
 # ---- the program cache -------------------------------------------------------------------------------------------
@@ -184,7 +206,8 @@ def run_schedule(schedule: list[ExecItem | LoopItem], keep: set[Buffer] | None =
     more; the plan is returned (its buffers hold views of an arena: what they held is not to be read after).
     `values`: the value of each variable the kernels' sizes hold, by name (schedule/unbind.py)."""
     if DEBUG >= 2: print_schedule(schedule)
-    if len(schedule) > 1 and any(type(item) is not ExecItem or (item.bufs[0].device, item.ast) not in _runners
+    flags = codegen_flags()
+    if len(schedule) > 1 and any(type(item) is not ExecItem or (item.bufs[0].device, item.ast, flags) not in _runners
                                  for item in schedule):  # (one kernel: run_items builds its runner)
         prepare_runners([(item.bufs[0].device, item.ast) for item in kernels(schedule)])  # (usually all are built)
     plan = None
@@ -214,13 +237,15 @@ def run_loop(item: LoopItem, run: Callable[[list[ExecItem | LoopItem]], None]) -
 
 
 def run_items(schedule: list[ExecItem | LoopItem], values: dict[str, int] | None = None) -> None:
-    debug = DEBUG >= 1
+    debug, flags = DEBUG >= 1, codegen_flags()
     for item in schedule:
         if type(item) is LoopItem:
             run_loop(item, run_items)
             continue
-        if (runner := _runners.get((item.bufs[0].device, item.ast))) is None:
+        if (runner := _runners.get(key := (item.bufs[0].device, item.ast, flags))) is None:
             runner = get_runner(item.bufs[0].device, item.ast)
+        else:
+            _runners[key] = _runners.pop(key)
         vals = tuple(values[name] for name in runner.spec.variables) if runner.spec.variables else ()  # type: ignore
         if RECORDERS.stack: RECORDERS[-1].kernel(runner, item.bufs, item.outs, vals)
         start = time.perf_counter()
