@@ -36,23 +36,26 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import sys
 import threading
+import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ember.device import Buffer, buffer_of, buffer_uop
+from ember.device import Buffer, Device, buffer_of, buffer_uop
+from ember.dtype import DType, dtypes
 from ember.engine.memory import MemoryPlan, plan_memory
 from ember.engine.realize import CompiledRunner, GlobalCounters
 from ember.errors import JitError
 from ember.helpers import ASSIGN_HOOKS, DEBUG, RECORDERS
 from ember.schedule.kernelize import ExecItem, computed
 from ember.tensor import Tensor
-from ember.uop.ops import BOUND, Ops, UOp
+from ember.uop.ops import BOUND, Ops, UOp, UOpMetaClass
 from ember.variables import max_count, rebound, unbound, values_of
 
 
@@ -65,6 +68,7 @@ class Recorder:
     copied: dict[int, Buffer] = field(default_factory=dict)  # buffers filled from the host during the call
     draws: list[tuple[Buffer, int]] = field(default_factory=list)  # (the words' buffer, how many numbers)
     loops: int = 0
+    reads: int = 0  # values read to the host (numpy, item): a Python value the function computed from a tensor
     values: dict[str, int] = field(default_factory=dict)  # the value each symbolic size had, by variable name
 
     def kernel(self, runner: CompiledRunner, bufs: list[Buffer], outs: int, vals: tuple[int, ...] = ()) -> None:
@@ -74,22 +78,29 @@ class Recorder:
     def copy(self, buf: Buffer) -> None: self.copied[id(buf)] = buf
     def draw(self, buf: Buffer, n: int) -> None: self.draws.append((buf, n))
     def loop(self) -> None: self.loops += 1
+    def read(self) -> None: self.reads += 1
 
     def assign(self, t: Tensor) -> None:
         if id(t) not in self.assigned: self.assigned[id(t)] = (t, t.uop)
 
 
-def flatten(value: Any, tensors: list[Tensor], values: list[Any] | None = None) -> Any:
+def flatten(value: Any, tensors: list[Tensor], values: list[Any] | None = None, numbers: list[Any] | None = None
+            ) -> Any:
     """`value` with each Tensor in it (in lists, tuples and dicts, their subclasses too) replaced by its number in
     `tensors`, and every other value by its type and key (a float by its bits: 2 and 2.0, 0.0 and -0.0, NaN and
     NaN key as they compute): the hashable shape of the arguments, which keys a recording. With `values` (a call's
-    result), the other values are kept there, by number, to be given back."""
+    result), the other values are kept there, by number, to be given back. With `numbers`, each float goes there
+    instead, and its place in the shape is its number (`specialized` puts its key back)."""
     if isinstance(value, Tensor):
         tensors.append(value)
         return ("tensor", len(tensors) - 1)
-    if isinstance(value, (list, tuple)): return ("seq", type(value), tuple(flatten(v, tensors, values) for v in value))
+    if isinstance(value, (list, tuple)):
+        return ("seq", type(value), tuple(flatten(v, tensors, values, numbers) for v in value))
     if isinstance(value, dict):
-        return ("map", type(value), tuple((k, flatten(v, tensors, values)) for k, v in value.items()))
+        return ("map", type(value), tuple((k, flatten(v, tensors, values, numbers)) for k, v in value.items()))
+    if numbers is not None and isinstance(value, (float, np.floating)):
+        numbers.append(value)
+        return ("number", type(value), len(numbers) - 1)
     key = ("float", float(value).hex()) if isinstance(value, (float, np.floating)) else value
     try:
         hash(key)
@@ -99,6 +110,74 @@ def flatten(value: Any, tensors: list[Tensor], values: list[Any] | None = None) 
     if values is None: return ("value", type(value), key)
     values.append(value)
     return ("value", type(value), key, len(values) - 1)
+
+
+def specialized(shape: Any, numbers: list[Any]) -> Any:
+    """A shape `flatten` made with `numbers`, each float keyed by its value again (as flatten keys it without)."""
+    if shape[0] == "number": return ("value", shape[1], ("float", float(numbers[shape[2]]).hex()))
+    if shape[0] in ("seq", "map"):
+        kind, cls, items = shape
+        return (kind, cls, tuple((k, specialized(v, numbers)) for k, v in items) if kind == "map" else
+                tuple(specialized(v, numbers) for v in items))
+    return shape
+
+
+def with_numbers(value: Any, numbers: Iterator[Any]) -> Any:
+    """`value` with each float in it (where `flatten` finds numbers) replaced by the next of `numbers`."""
+    if isinstance(value, Tensor): return value
+    if isinstance(value, (list, tuple)):
+        made = [with_numbers(v, numbers) for v in value]
+        return type(value)(*made) if hasattr(type(value), "_fields") else type(value)(made)
+    if isinstance(value, dict): return type(value)((k, with_numbers(v, numbers)) for k, v in value.items())
+    return next(numbers) if isinstance(value, (float, np.floating)) else value
+
+
+def with_numbers_back(result: Any, data: list[Tensor], numbers: list[Any]) -> Any:
+    """A recording's result with each tensor that is a float argument fed as data (returned as it came) the number
+    again: the caller gave a number and gets it back, as from the function called eagerly."""
+    outs: list[Tensor] = []
+    out_values: list[Any] = []
+    shape = flatten(result, outs, out_values)
+    number_of = {id(t): v for t, v in zip(data, numbers, strict=True)}
+    if not any(id(t) in number_of for t in outs): return result
+    return unflatten(shape, [number_of.get(id(t), t) for t in outs], out_values)  # type: ignore[misc]
+
+
+def number_tensor(value: Any, device: str) -> Tensor:
+    """A float argument as data: a 0-d float64 tensor in a buffer of its own. A 0-d tensor does not promote the
+    dtype of the tensors it meets (x * lr stays float16 for a float16 x, as with the number) and float64 holds the
+    number exactly; each replay reads the buffer of its call."""
+    buf = Buffer(device, 1, dtypes.float64).copyin(np.array([value], np.float64))
+    return Tensor._from_uop(UOp(Ops.RESHAPE, dtypes.float64, (buffer_uop(buf),), ()), device)
+
+
+def named_values(fn: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Each non-Tensor value in a call's arguments by where it is (`lr`, `cfg['lr']`, `args[2][0]`), for messages."""
+    try:
+        bound: dict[str, Any] = dict(inspect.signature(fn).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):  # (a callable without a signature, or arguments it does not take)
+        bound = {**{f"argument {i}": a for i, a in enumerate(args)}, **kwargs}
+    found: dict[str, Any] = {}
+
+    def walk(name: str, value: Any) -> None:
+        if isinstance(value, Tensor): return
+        if isinstance(value, (list, tuple)):
+            for i, v in enumerate(value): walk(f"{name}[{i}]", v)
+        elif isinstance(value, dict):
+            for k, v in value.items(): walk(f"{name}[{k!r}]", v)
+        else: found[name] = value
+    for name, value in bound.items(): walk(name, value)
+    return found
+
+
+def value_key(value: Any) -> Any:
+    """A Python value as recordings key it (a float by its bits), or its id where it is not hashable."""
+    if isinstance(value, (float, np.floating)): return (type(value), float(value).hex())
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return (type(value), value)
 
 
 def unflatten(shape: Any, tensors: list[Tensor], values: list[Any]) -> Any:
@@ -131,6 +210,7 @@ class Recording:
     out_tensors: list[Tensor]
     states: list[tuple[Tensor, Buffer, Buffer]]  # (tensor, buffer before, buffer after)
     out_values: list[Any]  # the result's values other than tensors, given back by every replay
+    carries: list[bool]  # per output, whether a gradient could flow back through it from the call's result
     given: dict[str, int] = field(default_factory=dict)  # the values of the variables the inputs' shapes hold
     roles: dict[int, tuple] = field(default_factory=dict)
 
@@ -154,6 +234,9 @@ class Recording:
                 kind = "const" if id(b) in self.recorder.copied else "temp" if id(b) in written else "outside"
                 role[id(b)] = (kind, counts[kind]) if kind in counts else (kind, id(b))
                 if kind in counts: counts[kind] += 1
+
+    @property
+    def out_dtypes(self) -> list[DType]: return [t.dtype for t in self.out_tensors]
 
     def signature(self) -> tuple:
         """What two recordings must share: the kernels in order, the roles of their buffers and the contents of the
@@ -179,22 +262,36 @@ def differ(a: Recording, b: Recording) -> str:
     return "they differ"
 
 
+def escaped(temps: dict[int, Buffer]) -> set[Buffer]:
+    """The intermediates among `temps` (by id) that a live tensor-level node still stands for after the call: a
+    tensor the function kept (an attribute, a debug dict) or a lazy value built on one reads it. Found among the
+    live nodes (the hash-consing cache), once per recording: a few ms for 100,000 nodes."""
+    # (a copy made in one step: a node collected while a walk of the cache itself ran would change its size)
+    live = [ref for key, ref in UOpMetaClass.cache.copy().items() if key[0] is Ops.BUFFER]
+    found = {id(b): b for ref in live if (u := ref()) is not None and id(b := u.__dict__.get("buffer")) in temps}
+    return set(found.values())
+
+
 class Replay:
     """A recording made runnable: intermediates in one arena, the kernels in one NativeGraph (or, off the CPU, a list
     of runners), input, output and state buffers swapped in per call."""
 
-    def __init__(self, rec: Recording) -> None:
+    def __init__(self, rec: Recording, name: str = "the function") -> None:
         from ember.runtime.graph import NativeGraph
         self.rec = rec
+        self.name = name
         kernels = rec.recorder.kernels
-        keep = {b for _, bufs, _ in kernels for b in bufs if rec.roles[id(b)][0] != "temp"}
+        temps = {id(b): b for _, bufs, _ in kernels for b in bufs if rec.roles[id(b)][0] == "temp"}
+        for node in [n for n, view in list(computed.items()) if (b := stored_buffer(view)) is not None and
+                     id(b) in temps]:
+            del computed[node]  # a later schedule must not read a buffer the replays overwrite
+        # an intermediate the function kept (self.last = h.realize()) keeps memory of its own, which every replay
+        # writes as the eager call would have: it reads this call's value, not whatever the arena holds there next
+        self.escaped = escaped(temps)
+        keep = {b for _, bufs, _ in kernels for b in bufs if id(b) not in temps} | self.escaped
         items: list = [ExecItem(runner.spec.ast, bufs, outs) for runner, bufs, outs in kernels]
         self.plan: MemoryPlan | None = plan_memory(items, keep).apply() if len(kernels) > 1 else None
         if DEBUG >= 2 and self.plan is not None: print(f"jit: {len(kernels)} kernels; {self.plan.describe()}")
-        drop = {id(b) for _, bufs, _ in kernels for b in bufs if rec.roles[id(b)][0] == "temp"}
-        for node in [n for n, view in list(computed.items()) if (b := stored_buffer(view)) is not None and
-                     id(b) in drop]:
-            del computed[node]  # a later schedule must not read a buffer the replays overwrite
         on_cpu = all(bufs[0].device == "CPU" for _, bufs, _ in kernels)
         values = rec.recorder.values
         self.vals = [tuple(values[v] for v in runner.spec.variables) for runner, _, _ in kernels]
@@ -225,7 +322,7 @@ class Replay:
         self.single = rec.out_shape == ("tensor", 0)  # the function returns one tensor
         self.ops = sum(runner.spec.flops for runner, _, _ in kernels)  # counted per replay in GlobalCounters
         self.mem = sum(runner.spec.mem_bytes for runner, _, _ in kernels)
-        self.last: list[list[Any] | None] = [None] * len(rec.outputs)  # [view, its count, its buffer's] to reuse
+        self.last: list[list[Any] | None] = [None] * len(rec.outputs)  # [view, the counts of it, its buffer, its src]
         swapped = [*rec.inputs, *rec.outputs, *(b for _, before, after in rec.states for b in (before, after))]
         self.where = {id(b): self.slots(b) for b in swapped} if self.graph is not None else {}
         self.bound: dict[int, Buffer] = {}
@@ -240,12 +337,22 @@ class Replay:
         """A view of a buffer for output k: the last call's, when nothing refers to it any more (no tensor, no
         graph: its nodes are referred to only from here, as counted when it was made), else a new one."""
         if (last := self.last[k]) is not None and sys.getrefcount(last[0]) == last[1] and \
-                sys.getrefcount(last[0].src[0]) == last[2]:
+                sys.getrefcount(last[0].src[0]) == last[2] and sys.getrefcount(last[0].src) == last[3]:
             return last[0]
         o = self.rec.out_tensors[k]
-        self.last[k] = last = [UOp(Ops.RESHAPE, o.dtype, (buffer_uop(Buffer(o.device, max_count(o.shape), o.dtype)),),
-                                   o.shape), 0, 0]
-        last[1], last[2] = sys.getrefcount(last[0]), sys.getrefcount(last[0].src[0])  # counted as the test counts
+        node = buffer_uop(Buffer(o.device, max_count(o.shape), o.dtype))
+        if self.rec.carries[k]:  # (Tensor.backward and gradient raise this where their graph reaches the node)
+            node.__dict__["gradient_stop"] = (
+                f"jit: a gradient would flow back through output {k} of a replay of {self.name}, but a replay runs "
+                f"recorded kernels with no graph to differentiate (only its first two calls, which record, have one): "
+                f"call backward() inside the jitted function, or call the function unjitted where gradients must "
+                f"flow out of it")
+        self.last[k] = last = [UOp(Ops.RESHAPE, o.dtype, (node,), o.shape), 0, 0, 0]
+        del node  # (the view's source tuple holds it, nothing else, when counted below)
+        # counted as the test counts; the source tuple too: a view of this call's sizes (a symbolic output rebound)
+        # is another node sharing it, which a caller may hold while the view and its buffer node are counted alone
+        last[1], last[2], last[3] = sys.getrefcount(last[0]), sys.getrefcount(last[0].src[0]), \
+            sys.getrefcount(last[0].src)
         return last[0]
 
     def slots(self, buf: Buffer) -> list[tuple[Any, int]]:
@@ -357,6 +464,11 @@ def watch_assign(t: Tensor) -> None:
 ASSIGN_HOOKS.append(watch_assign)
 
 
+# call forms (keys) a function records before the calls of a new one run eagerly: each recording keeps its buffers
+# (a step counter passed as a number would add one per call), as torch.compile's recompile limit (8) bounds its own
+MAX_RECORDINGS = 8
+
+
 class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
     """Capture `fn`'s kernels on its first calls and replay them on later ones (see this module's docstring).
 
@@ -366,12 +478,20 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
     [8.0, 8.0, 8.0, 8.0]
     """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], max_recordings: int = MAX_RECORDINGS) -> None:
         if not callable(fn): raise TypeError(f"jit: expected a function to record, got {type(fn).__name__}")
         self.fn = fn
+        self.max_recordings = max_recordings
         self.recordings: dict[Any, list[Recording]] = {}
         self.replays: dict[Any, Replay] = {}
         self.shapes: dict[Any, list[tuple]] = {}
+        self.arguments: dict[Any, dict[str, Any]] = {}  # per key recorded, its non-Tensor arguments by name
+        # per form of the arguments with floats in them: their first values, then True (data) or False (keys)
+        self.number_forms: dict[Any, tuple | bool] = {}
+        self.out_dtypes: dict[Any, list[DType]] = {}  # per form, its outputs' dtypes when its floats keyed it
+        self.specialized: dict[Any, list[Any]] = {}  # per form, the keys its floats' first values recorded under
+        self.warned = False
+        self.lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:  # a method: bound to its instance
@@ -387,13 +507,28 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         self.recordings.clear()
         self.replays.clear()
         self.shapes.clear()
+        self.arguments.clear()
+        self.number_forms.clear()
+        self.out_dtypes.clear()
+        self.specialized.clear()
+        self.warned = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if RECORDERS: return self.fn(*args, **kwargs)  # inside another jitted call's recording: that one records it
         tensors: list[Tensor] = []
+        numbers: list[Any] = []
+        called = (args, kwargs)
         if not kwargs and all(type(a) is Tensor for a in args):  # the common case, without the walk
             tensors, shape = list(args), len(args)
-        else: shape = flatten((args, kwargs), tensors)
+        else: shape = flatten((args, kwargs), tensors, numbers=numbers)
+        form = shape
+        if numbers:
+            if self.numbers_are_data(form, numbers):
+                device = tensors[0].device if tensors else Device.DEFAULT
+                data = [number_tensor(v, device) for v in numbers]
+                tensors += data
+                args, kwargs = with_numbers((args, kwargs), iter(data))
+            else: shape = specialized(shape, numbers)
         buffers = [current(t) for t in tensors]
         first: dict[int, int] = {}
         # the mode is part of the key: dropout and batchnorm compute otherwise in training, nothing differs in no_grad
@@ -407,11 +542,40 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
                            f"and dtype (call jit(fn) again for another, or reset(); a size that changes from call to "
                            f"call, a batch, can be a Variable: x.reshape(Variable('bs', 1, 256).bind(n), ...))")
         if (replay := self.replays.get(key)) is not None: return replay(buffers, values)
+        # one recording at a time: two threads recording at once would each take the other's for the first call
+        with self.lock:
+            if (replay := self.replays.get(key)) is not None: return replay(buffers, values)  # made while we waited
+            if key not in self.recordings:
+                if len(self.recordings) + len(self.replays) >= self.max_recordings:
+                    if not self.warned: self.warn_limit(*called)
+                    self.warned = True
+                    return self.fn(*called[0], **called[1])  # eagerly: no recording, no memory kept
+                self.arguments[key] = named_values(self.fn, *called)
+                if shape is not form: self.specialized.setdefault(form, []).append(key)
+            return self.record_call(key, form, args, kwargs, tensors, buffers, values, numbers if shape is form
+                                    else [])
+
+    def record_call(self, key: Any, form: Any, args: tuple, kwargs: dict, tensors: list[Tensor],
+                    buffers: list[Buffer], values: dict[str, int], numbers: list[Any]) -> Any:
+        """Record one call under `key` (with its float arguments as data where `numbers` are given); the second
+        recording that matches the one before becomes the key's replay."""
         result, rec = self.record(args, kwargs, tensors, buffers)
-        rec.given = values
         done = self.recordings.setdefault(key, [])
+        if numbers:  # floats as data: where that computes otherwise than the numbers would, they key recordings
+            data = tensors[len(tensors) - len(numbers):]
+            result = with_numbers_back(result, data, numbers)
+            if isinstance(rec, JitError) or rec.recorder.reads or \
+                    self.out_dtypes.get(form, rec.out_dtypes) != rec.out_dtypes or \
+                    (done and done[-1].signature() != rec.signature()):
+                self.number_forms[form] = False
+                self.recordings.pop(key, None)
+                self.arguments.pop(key, None)
+                return result
+        if isinstance(rec, JitError): raise rec
+        self.out_dtypes.setdefault(form, rec.out_dtypes)
+        rec.given = values
         if done and done[-1].signature() == rec.signature() and done[-1].out_shape == rec.out_shape:
-            self.replays[key] = Replay(rec)
+            self.replays[key] = Replay(rec, getattr(self.fn, "__name__", "the function"))
             del self.recordings[key]
         elif len(done) >= 2:
             raise JitError(f"jit: {getattr(self.fn, '__name__', 'the function')}'s calls do not run the same "
@@ -423,9 +587,39 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         else: done.append(rec)
         return result
 
+    def numbers_are_data(self, form: Any, numbers: list[Any]) -> bool:
+        """Whether this call's float arguments go to fn as data (0-d float64 Tensors its replays feed per call): once
+        they took a second value in calls of one form, unless that was tried and computed otherwise. Their first
+        values key recordings of their own, as every other Python value does."""
+        state = self.number_forms.get(form)
+        if isinstance(state, bool): return state
+        keyed = tuple((type(v), float(v).hex()) for v in numbers)
+        if self.number_forms.setdefault(form, keyed) == keyed: return False
+        with self.lock:
+            self.number_forms[form] = True
+            for key in self.specialized.pop(form, []):  # (the first values' recordings: data stands for them now)
+                for kept in (self.recordings, self.replays, self.arguments): kept.pop(key, None)
+        return True
+
+    def warn_limit(self, args: tuple, kwargs: dict) -> None:
+        """Warn that fn reached its limit of recordings, naming the arguments whose values made them differ."""
+        now = named_values(self.fn, args, kwargs)
+        seen: dict[str, set] = {}
+        for named in [*self.arguments.values(), now]:
+            for name, v in named.items(): seen.setdefault(name, set()).add(value_key(v))
+        varying = [name for name, vs in seen.items() if len(vs) > 1]
+        what = f"argument {', '.join(repr(v) for v in varying)} took {max(len(seen[v]) for v in varying)} values" \
+            if varying else "the calls differ in which Tensor arguments share a buffer, or in Tensor.training"
+        warnings.warn(f"jit: {getattr(self.fn, '__name__', 'the function')} made {self.max_recordings} recordings, "
+                      f"its limit (jit(fn, max_recordings=n)): {what}, each value a recording of its own; calls "
+                      f"needing a new one run eagerly from now on. Pass a number that changes from call to call as a "
+                      f"Tensor (Tensor(step)); a float one is fed as data already unless fn reads its value in Python",
+                      stacklevel=3)
+
     def record(self, args: tuple, kwargs: dict, tensors: list[Tensor], buffers: list[Buffer]
-               ) -> tuple[Any, Recording]:
-        """Call fn eagerly, recording what runs; its outputs (and what it assigned) realized in one schedule."""
+               ) -> tuple[Any, Recording | JitError]:
+        """Call fn eagerly, recording what runs; its outputs (and what it assigned) realized in one schedule. The
+        call's result, with the recording or the JitError that says why it cannot be replayed."""
         recorder = Recorder()
         # each input reads its buffer through a buffer of its own for the call (the same memory): a node of the
         # function equal to a node an input was realized from (Tensor.ones(n) and a constant) reads the input's
@@ -444,6 +638,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
             outs: list[Tensor] = []
             out_values: list[Any] = []
             out_shape = flatten(result, outs, out_values)
+            carries = [t._carries_gradient() for t in outs]  # (before realize: a graph a gradient could go through)
             assigned = [t for t, _ in recorder.assigned.values()]
             pending = [t for t in [*outs, *assigned] if stored_buffer(t.uop) is None]
             if pending: pending[0].realize(*pending[1:])
@@ -453,11 +648,12 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
             RECORDERS.remove(recorder)
             for t, u in zip(tensors, before, strict=True): t.uop = u
         if any(id(t) in recorder.assigned for t in tensors):
-            raise JitError("jit: the function assigns one of its Tensor arguments; a replay could not give the new "
-                           "value to the next call's argument: return the new value instead")
+            return result, JitError("jit: the function assigns one of its Tensor arguments; a replay could not give "
+                                    "the new value to the next call's argument: return the new value instead")
         if recorder.loops:
-            raise JitError("jit: the function runs a loop (ember.scan with unroll=False) whose steps run from "
-                           "Python: it cannot be recorded; jit the loop's caller without it, or unroll it")
+            return result, JitError("jit: the function runs a loop (ember.scan with unroll=False) whose steps run "
+                                    "from Python: it cannot be recorded; jit the loop's caller without it, or unroll "
+                                    "it")
         # an assigned tensor is state (a parameter, an optimizer's moment) when its value before the call was in a
         # buffer from outside it; one made during the call (a constant, a value computed, a view of an argument)
         # is computed anew by every replay
@@ -467,8 +663,13 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         for (t, old), new in zip(recorder.assigned.values(), after, strict=True):
             if (was := stored_buffer(old)) is not None and id(was) not in made and new is not None:
                 states.append((t, was, new))
+        recorder.assigned.clear()  # (its values before could hold intermediates alive: see `escaped`)
         assert all(b is not None for b in out_bufs)
-        rec = Recording(recorder, aliases, out_bufs, out_shape, outs, states, out_values)  # type: ignore[arg-type]
+        try:
+            rec = Recording(recorder, aliases, out_bufs, out_shape, outs, states, out_values,  # type: ignore[arg-type]
+                            carries)
+        except JitError as e:
+            return result, e
         for t, was, _ in states: moved(t, was)  # replays of other functions reading t's old buffer follow it
         return result, rec
 
