@@ -130,9 +130,10 @@ class Buffer:
         Device[self.device].allocator.copyin(self.raw, memoryview(arr).cast("B"))
         return self
 
-    def numpy(self) -> np.ndarray:
-        """A host copy of the contents as a flat numpy array."""
-        out = np.empty(self.size, dtype=to_numpy(self.dtype))
+    def numpy(self, count: int | None = None) -> np.ndarray:
+        """A host copy of the contents as a flat numpy array; of the first `count` elements only, if given (a
+        symbolic tensor's values, at the start of a buffer sized for its variables' maxima)."""
+        out = np.empty(self.size if count is None else min(count, self.size), dtype=to_numpy(self.dtype))
         if self.size: Device[self.device].allocator.copyout(memoryview(out).cast("B"), self.raw)
         return out
 

@@ -23,7 +23,7 @@ import numpy as np
 from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
 from ember.engine.realize import run_schedule
-from ember.errors import AxisError, DeviceError, DTypeError, EmberError, ShapeError
+from ember.errors import AxisError, DeviceError, DTypeError, EmberError, JitError, ShapeError
 from ember.helpers import ASSIGN_HOOKS, RECORDERS, prod
 from ember.mixin.activation import ActivationMixin
 from ember.mixin.creation import CreationMixin, int_dtype_for
@@ -125,6 +125,13 @@ def _host_values(x: Any) -> Any:
 _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}  # an in-place result may go down this order into self, never up
 
 
+def _check_gradient_flows(graph: dict[UOp, None]) -> None:
+    """Raise a JitError where a gradient would have to flow back through a node that has no graph below it for it:
+    a jit replay's output (engine/jit.py marks its buffer node), which would otherwise give no gradient silently."""
+    for u in graph:
+        if u.op is Ops.BUFFER and (reason := u.__dict__.get("gradient_stop")) is not None: raise JitError(reason)
+
+
 def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     host = to_bfloat16_bits(arr) if dtype is dtypes.bfloat16 else arr.astype(to_numpy(dtype), copy=False)
     buf = Buffer(device, arr.size, dtype).copyin(host)
@@ -221,11 +228,13 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
             raise ShapeError(f"gradient: seed shape {gradient.shape} does not match the output's {self.shape}")
         from ember.gradient import compute_gradient
         grads = compute_gradient(self.uop, gradient, {t.uop for t in targets})
+        if len(grads) < len({t.uop for t in targets}): _check_gradient_flows(self.uop.toposort())
         return [grads[t.uop] if t.uop in grads else t.zeros_like() for t in targets]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d self / d t into `t.grad` for every tensor t with requires_grad that self depends on."""
         graph = self.uop.toposort()
+        _check_gradient_flows(graph)
         targets = [t for t in list(Tensor._needs_grad.values()) if t.uop in graph]
         if not targets: raise RuntimeError("backward: no tensor with requires_grad=True is used to compute this one")
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):
@@ -550,9 +559,10 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
             raise EmberError("reading the values of a tensor computed from a NumericalFunction's inputs while it is "
                              "traced: they are not known until it is called. Data-dependent shapes (boolean masks, "
                              "nonzero, masked_select, item) cannot be traced; use where() or index tensors instead")
+        if RECORDERS.stack: RECORDERS[-1].read()  # a value read in a jitted call (engine/jit.py)
         shape = concrete(self.shape)  # (a symbolic size as its bound value)
         if prod(shape) == 0: return np.zeros(shape, dtype=to_numpy(self.dtype))
-        flat = self._buffer().numpy()[:prod(shape)]  # (a symbolic shape reads the start of a larger buffer)
+        flat = self._buffer().numpy(prod(shape))  # (a symbolic shape reads the start of a larger buffer)
         if self.dtype is dtypes.bfloat16:
             flat = (flat.astype(np.uint32) << 16).view(np.float32)
         return flat.reshape(shape)

@@ -212,3 +212,21 @@ def test_ops_along_other_axes_and_the_symbolic_one() -> None:
     with pytest.raises(ShapeError, match="never merged with others"): x.flatten()
     with pytest.raises(ShapeError, match="only the whole axis"): x.shrink(((0, 2), None))
     with pytest.raises(TypeError, match="first axis is symbolic"): len(x)
+
+
+def test_numpy_of_a_symbolic_tensor_copies_only_its_bound_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A symbolic tensor's buffer is sized for its variable's maximum; reading its values copies the elements its
+    bound shape has, not the whole buffer (with Variable('n', 1, 2**31 - 1), 3 floats took 8.2 GB before)."""
+    from ember.device import Device
+    n = Variable("n", 1, 2**20)
+    allocator = Device["CPU"].allocator
+    copied: list[int] = []
+    original = allocator.copyout
+
+    def counted(dest: memoryview, src: object) -> None:
+        copied.append(dest.nbytes)
+        original(dest, src)
+    monkeypatch.setattr(allocator, "copyout", counted)
+    x = Tensor(np.arange(3, dtype=np.float32)).realize().reshape(n.bind(3))
+    np.testing.assert_array_equal((x * 2).numpy(), np.arange(3, dtype=np.float32) * 2)
+    assert copied == [3 * 4]

@@ -9,6 +9,7 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 
 from ember import JitError, Tensor, Variable, jit
 
@@ -76,7 +77,7 @@ def test_threads_recording_at_once_get_right_values_and_a_working_function() -> 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)  # (threads switch often: their recordings overlap)
     try:
-        for _ in range(4): record_from_threads()
+        for _ in range(12): record_from_threads()
     finally: sys.setswitchinterval(interval)
 
 
@@ -97,3 +98,71 @@ def record_from_threads() -> None:
     for t in threads: t.join()
     assert not errors, errors
     assert f(full((8,), 5.0)).item() == 88 and f.replay is not None
+
+
+# ---- Python numbers that change from call to call --------------------------------------------------------------------
+
+def test_a_float_that_changes_every_call_is_fed_as_data_and_replays() -> None:
+    """A learning-rate schedule: after the float took a second value it reaches fn as a 0-d tensor whose buffer each
+    replay fills, so one replay serves every later value (no recording per value) with eager's bits, for float32 and
+    float16 tensors (a 0-d tensor does not promote them, as the number does not)."""
+    def step(w: Tensor, g: Tensor, lr: float) -> Tensor: return w - g * lr
+    for dtype in (np.float32, np.float16):
+        f = jit(step)
+        w, g = (Tensor(np.random.default_rng(s).standard_normal(16).astype(dtype)) for s in (1, 2))
+        for i in range(12):
+            lr = 0.1 * 0.9 ** i
+            got, want = f(w, g, lr), step(w, g, lr)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert len(f.replays) == 1 and not f.recordings  # one, whatever the number of learning rates
+
+
+def test_a_float_read_in_python_keys_recordings_and_stays_right() -> None:
+    """Where fn reads the float's value in Python (a branch, math on it, returning it), feeding it as data would
+    compute otherwise: jit finds the read and goes back to keying recordings by the value, with eager's results."""
+    def branch(x: Tensor, lr: float) -> Tensor: return x * lr if lr > 0.5 else x - lr
+    def returned(x: Tensor, lr: float) -> tuple[Tensor, float]: return x + lr, lr
+    f, g = jit(branch), jit(returned)
+    x = full((4,), 3.0)
+    for lr in [1.0, 0.25, 2.0, 0.75, 0.1, 1.0, 0.25, 2.0]:
+        np.testing.assert_array_equal(f(x, lr).numpy(), branch(x, lr).numpy())
+        out, back = g(x, lr)
+        assert type(back) is float and back == lr
+        np.testing.assert_array_equal(out.numpy(), (x + lr).numpy())
+
+
+def test_recordings_are_bounded_with_a_warning_naming_the_argument() -> None:
+    """A step counter passed as an int keys a recording per value; past the limit jit warns once, naming it, and
+    runs later new values eagerly: results stay right and no more recordings (with their buffers) are kept."""
+    def step(x: Tensor, n: int) -> Tensor: return x * n + 1
+    f = jit(step)
+    x = full((1024,), 2.0)
+    with pytest.warns(UserWarning, match=r"argument 'n' took 9 values") as caught:
+        for n in range(30): np.testing.assert_array_equal(f(x, n).numpy(), step(x, n).numpy())
+    assert len(caught) == 1
+    assert len(f.recordings) + len(f.replays) == 8
+
+
+# ---- gradients asked of a replay's output ----------------------------------------------------------------------------
+
+def test_backward_through_a_replayed_output_raises_a_jit_error() -> None:
+    """The recording calls return a graph, and gradients flow through it (checked against the derivative, x); a
+    replay's output has none: backward() or gradient() through it raise a JitError saying so, not a misleading
+    "no tensor with requires_grad" or a zero gradient."""
+    w = Tensor(np.ones(4, np.float32), requires_grad=True)
+
+    @jit
+    def f(x: Tensor) -> Tensor: return (x * w).sum()
+    for i in range(4):
+        x = np.full(4, i + 1.0, np.float32)
+        w.grad = None
+        loss = f(Tensor(x))
+        assert loss.item() == x.sum()
+        if i < 2:
+            loss.backward()
+            np.testing.assert_array_equal(w.grad.numpy(), x)
+        else:
+            with pytest.raises(JitError, match="gradient would flow back through output 0 of a replay of f"):
+                loss.backward()
+            with pytest.raises(JitError, match="replay"): (loss * 2).gradient(w)
