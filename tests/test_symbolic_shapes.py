@@ -230,3 +230,56 @@ def test_numpy_of_a_symbolic_tensor_copies_only_its_bound_part(monkeypatch: pyte
     x = Tensor(np.arange(3, dtype=np.float32)).realize().reshape(n.bind(3))
     np.testing.assert_array_equal((x * 2).numpy(), np.arange(3, dtype=np.float32) * 2)
     assert copied == [3 * 4]
+
+
+@pytest.mark.parametrize("n", [4, 7])
+def test_gather_with_symbolic_shapes_matches_numpy(n: int) -> None:
+    """gather where index and source share a symbolic axis (along it and along a concrete one; index values known
+    on the host or not; an index narrower than the source), and its gradient, against numpy."""
+    bs = Variable("bs", 1, 16)
+    x_np, x = batch(n, 5, bs)
+    for d, high, width in ((1, 5, 5), (0, n, 5), (1, 5, 3)):
+        i_np = rng.integers(0, high, (n, width)).astype(np.int32)
+        for idx in (Tensor(i_np), Tensor(i_np).realize()):
+            got = x.gather(d, idx.reshape(bs.bind(n), width))
+            np.testing.assert_array_equal(got.numpy(), np.take_along_axis(x_np, i_np, d))
+    w = Tensor(np.ones(5, np.float32), requires_grad=True)  # (a gradient reaches the symbolic x through w)
+    i_np = rng.integers(0, 5, (n, 5)).astype(np.int32)
+    (x * w).gather(1, Tensor(i_np).reshape(bs.bind(n), 5)).sum().backward()
+    want = np.zeros(5, np.float32)
+    np.add.at(want, i_np, np.take_along_axis(x_np, i_np, 1))
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-6, atol=1e-6)
+    other = Tensor(np.zeros((n, 5), np.int32)).reshape(Variable("m", 1, 16).bind(n), 5)
+    with pytest.raises(ShapeError, match="which is symbolic"): x.gather(1, other)
+
+
+@pytest.mark.parametrize("n", [1, 4, 7])
+def test_flip_along_a_symbolic_axis_matches_numpy(n: int) -> None:
+    bs = Variable("bs", 1, 16)
+    x_np, x = batch(n, 5, bs)
+    np.testing.assert_array_equal(x.flip(0).numpy(), np.flip(x_np, 0))
+    np.testing.assert_array_equal(x.flip(0, 1).numpy(), np.flip(x_np, (0, 1)))
+    np.testing.assert_array_equal((x.flip(0) * 2).sum(1).numpy(), (np.flip(x_np, 0) * 2).sum(1))
+
+
+def test_safe_save_of_a_symbolic_tensor_writes_its_bound_values(tmp_path: object) -> None:
+    """The file holds the values of the bound shape (not the buffer sized for the variable's maximum)."""
+    from ember.nn.safetensors import safe_load, safe_save
+    bs = Variable("bs", 1, 1000)
+    x_np, x = batch(3, 4, bs)
+    path = f"{tmp_path}/x.safetensors"
+    safe_save({"x": x * 2, "y": Tensor(np.ones(2, np.float32))}, path)
+    loaded = safe_load(path)
+    assert loaded["x"].shape == (3, 4)
+    np.testing.assert_array_equal(loaded["x"].numpy(), x_np * 2)
+    np.testing.assert_array_equal(loaded["y"].numpy(), np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("op", ["max", "min", "argmax"])
+def test_a_reduction_without_identity_over_a_symbolic_axis_bound_to_zero_raises(op: str) -> None:
+    """As over a concrete axis of size 0 (the oracle: the same call on the concrete tensor)."""
+    bs = Variable("bs", 0, 16)
+    concrete = Tensor(np.zeros((0, 3), np.float32))
+    symbolic = concrete.realize().reshape(bs.bind(0), 3)
+    with pytest.raises(ShapeError, match="cannot reduce axis 0 of size 0"): getattr(concrete, op)(0)
+    with pytest.raises(ShapeError, match="cannot reduce axis 0 of size 0"): getattr(symbolic, op)(0)

@@ -28,6 +28,7 @@ from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import ContextVar, prod, strides_for_shape
 from ember.uop.ops import UOp
+from ember.variables import concrete
 
 if TYPE_CHECKING:
     from ember.tensor import Tensor
@@ -268,7 +269,8 @@ class IndexingMixin:
         if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         d = self._axis(dim, "gather")
         _check_same_rank("gather", self, index, d)
-        check_index_range("gather", index, self.shape[d], d)
+        check_index_range("gather", index, concrete(self.shape)[d], d)  # (a symbolic size: its bound value)
+        if any(type(s) is UOp for s in (*self.shape, *index.shape)): return _gather_by_compare(self, d, index)
         n, strides = self.shape[d], strides_for_shape(self.shape)
         along = index.cast(dtypes.int64 if self.numel() > 2**31 - 1 else dtypes.int32)  # torch: no negative index
         flat = along * strides[d]
@@ -370,14 +372,28 @@ def _arange_like(n: int, idx: Tensor) -> Tensor:
     return Tensor.arange(n, dtype=idx.dtype, device=idx.device)
 
 
+def _gather_by_compare(x: Tensor, d: int, index: Tensor) -> Tensor:
+    """gather where a size is symbolic (a flat index would merge a symbolic axis with others): each index compared
+    with every position along `d`, the one it names summed out. An index outside the axis reads 0, as in gather."""
+    from ember.tensor import Tensor
+    x = x.shrink(tuple(None if a == d or type(i) is UOp else (0, i) for a, i in enumerate(index.shape)))
+    n = x.shape[d]
+    positions = Tensor.arange(n, device=x.device).reshape(tuple(n if a == d + 1 else 1 for a in range(x.ndim + 1)))
+    picked = index.unsqueeze(d + 1).eq(positions).where(x.unsqueeze(d), 0).sum(d + 1)
+    return picked.cast(x.dtype)
+
+
 def _check_same_rank(op: str, x: Tensor, index: Tensor, d: int) -> None:
     if not index.dtype.is_int: raise DTypeError(f"{op}: index must be an int tensor, not {index.dtype.name}")
     if index.ndim != x.ndim:
         raise ShapeError(f"{op}: index has {index.ndim} dims {index.shape}, self has {x.ndim} {x.shape}; they must "
                          f"match")
     for a, (i, s) in enumerate(zip(index.shape, x.shape, strict=True)):
-        if a != d and i > s:
-            raise ShapeError(f"{op}: index shape {index.shape} is larger than {x.shape} on axis {a}")
+        if a == d or i is s: continue  # (one symbolic size: the same bound variable)
+        if type(i) is UOp or type(s) is UOp:
+            raise ShapeError(f"{op}: index shape {index.shape} and {x.shape} differ on axis {a}, which is symbolic; "
+                             f"off the axis gathered along, a symbolic size must be the same bound variable in both")
+        if i > s: raise ShapeError(f"{op}: index shape {index.shape} is larger than {x.shape} on axis {a}")
 
 
 def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce: str, include_self: bool) -> Tensor:

@@ -277,7 +277,7 @@ class MovementMixin:
         """The order of elements reversed along `axis` (torch's keyword: `dims`); naming an axis twice is an error."""
         if axis and dims is not None: either_axis("flip", axis, dims)
         axes = set(axis_list(self, _shape_arg(axis) if dims is None else dims, "flip"))
-        flags = tuple(i in axes and s > 1 for i, s in enumerate(self.shape))
+        flags = tuple(i in axes and (type(s) is UOp or s > 1) for i, s in enumerate(self.shape))  # (UOp: symbolic)
         return self._movement(Ops.FLIP, flags) if any(flags) else self._copy()
 
     # ---- composites ----------------------------------------------------------------------------------------------

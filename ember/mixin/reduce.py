@@ -19,6 +19,7 @@ from ember.helpers import prod as prod_of
 from ember.mixin.elementwise import broadcast_shape
 from ember.mixin.movement import either_axis, is_int_axis, reduce_axes
 from ember.uop.ops import Ops, UOp
+from ember.variables import concrete
 
 # Layouts of the right operand b, by multiply-adds, measured on a 2-core AVX-512 CPU. From PACK_MACS, `x @ w.T`
 # copies w.T into (k, m) order first: 256x784x512 1.87 -> 1.55 ms, 512x512x512 3.23 -> 1.78 ms (g.T @ x gains
@@ -241,11 +242,11 @@ class ReduceMixin:
 
     def _is_empty_along(self: Tensor, axis: Axis, name: str) -> bool:
         """Whether an axis reduced over has size 0: a reduction with no identity (max) cannot run over it."""
-        return any(self.shape[a] == 0 for a in self._reduce_axes(axis, name))
+        return any(concrete(self.shape)[a] == 0 for a in self._reduce_axes(axis, name))  # (a symbolic size: its value)
 
     def _check_nonempty(self: Tensor, axis: Axis, name: str) -> None:
         for a in self._reduce_axes(axis, name):
-            if self.shape[a] == 0:
+            if concrete(self.shape)[a] == 0:  # (a symbolic size bound to 0 too)
                 raise ShapeError(f"{name}: cannot reduce axis {a} of size 0 in {self.shape}; "
                                  "the result has no identity")
 

@@ -36,6 +36,7 @@ from ember.dtype import DType, dtypes, to_numpy
 from ember.errors import EmberError
 from ember.tensor import Tensor
 from ember.uop.ops import Ops, UOp
+from ember.variables import concrete
 
 # safetensors' dtype names, in the order of its Rust `Dtype` enum (by alignment), which orders the tensors in a file
 SAFETENSORS_DTYPES: dict[DType, str] = {
@@ -79,10 +80,12 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike[str],
     order = sorted(state_dict, key=lambda name: (-ALIGNMENT_RANK[state_dict[name].dtype], name))
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
+    sizes: dict[str, int] = {}
     for name in order:
         t = state_dict[name]
-        nbytes = math.prod(t.shape) * t.dtype.itemsize
-        header[name] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
+        shape = concrete(t.shape)  # (a symbolic size as its bound value: the file holds the values of this call)
+        sizes[name] = nbytes = math.prod(shape) * t.dtype.itemsize
+        header[name] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(shape),
                         "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
@@ -90,7 +93,7 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike[str],
     with open(file, "wb") as f:
         f.write(len(text).to_bytes(8, "little"))
         f.write(text)
-        for name in order: _write_tensor(f, state_dict[name])
+        for name in order: _write_tensor(f, state_dict[name], sizes[name])
 
 
 def _check_savable(state_dict: dict[str, Tensor], metadata: dict[str, str] | None, file: str) -> None:
@@ -111,16 +114,19 @@ def _check_savable(state_dict: dict[str, Tensor], metadata: dict[str, str] | Non
                                "(other readers refuse anything else)", file)
 
 
-def _write_tensor(f: BinaryIO, t: Tensor) -> None:
-    if t.numel() == 0: return
-    for piece in _host_pieces(t._buffer()): f.write(piece)
+def _write_tensor(f: BinaryIO, t: Tensor, nbytes: int) -> None:
+    """Write t's first `nbytes` (all of a concrete tensor; a symbolic one's buffer is sized for its maxima)."""
+    if nbytes == 0: return
+    for piece in _host_pieces(t._buffer(), nbytes): f.write(piece)
 
 
-def _host_pieces(buf: Buffer) -> Iterator[np.ndarray]:
-    """The buffer's bytes in little-endian order, CHUNK_BYTES at a time: views of it where it lives in host memory."""
+def _host_pieces(buf: Buffer, nbytes: int) -> Iterator[np.ndarray]:
+    """The first `nbytes` of the buffer in little-endian order, CHUNK_BYTES at a time: views of it where it lives in
+    host memory."""
     raw = buf.ensure_allocated().raw
-    flat = raw[:buf.nbytes] if isinstance(raw, np.ndarray) else buf.numpy().view(np.uint8)
-    for start in range(0, buf.nbytes, CHUNK_BYTES):
+    flat = raw[:nbytes] if isinstance(raw, np.ndarray) else \
+        buf.numpy(nbytes // buf.dtype.itemsize).view(np.uint8)
+    for start in range(0, nbytes, CHUNK_BYTES):
         yield _swap_on_big_endian(flat[start:start + CHUNK_BYTES], buf.dtype)
 
 
