@@ -16,18 +16,31 @@ changes from call to call runs the same programs; outputs come back in this call
 binds itself (from a Python value) is a constant of each recording, checked as such.
 
 Calls are keyed by the non-Tensor arguments (by type and value: 2 and 2.0 record apart), by which Tensor arguments
-share a buffer and by Tensor.training. A jitted function called inside another's recording runs as itself (the
-outer recording takes its kernels). A tensor the function reads from outside (a weight) that gets a new value outside it
-(assign, or another jitted function's update) is followed: the replay reads its buffer of the moment (so does a
-view of the weight taken before, which eager ember would leave on the old value: a known difference). An assigned
-tensor is state only if its value came from outside the call; one made inside is computed anew each time. Known
-footguns raise a JitError instead of replaying wrong values:
+share a buffer and by Tensor.training. A float argument that takes a second value in calls otherwise alike is data
+from then on (as torch.compile makes a changing number dynamic): fn gets it as a 0-d float64 Tensor, which promotes
+no tensor it meets (x * lr keeps x's float dtype), and each replay fills its buffer, so a learning-rate schedule
+replays one recording. Where fn reads a value in Python during such a recording (`if lr > 0.1`, math.sqrt(lr),
+returning it: Tensor.numpy tells the recorder) or its results' dtypes change, the floats key recordings again.
+A function keeps at most `max_recordings` (8) keys; past them a warning names the arguments whose values differ (a
+step counter passed as an int) and calls with a new key run eagerly, so memory stays bounded. Recording is one call
+at a time per function (threads wait; replays have a lock of their own). A jitted function called inside another's
+recording runs as itself (the outer recording takes its kernels). A tensor the function reads from outside (a
+weight) that gets a new value outside it (assign, or another jitted function's update) is followed: the replay reads
+its buffer of the moment (so does a view of the weight taken before, which eager ember would leave on the old value:
+a known difference). An assigned tensor is state only if its value came from outside the call; one made inside is
+computed anew each time. An
+intermediate the function keeps (`self.last = h.realize()`, a debug dict: a tensor-level node still reads its buffer
+after the call) stays out of the arena: every replay writes it, so it reads the latest call's value, as after an
+eager call (a reference taken before the call sees it change too). Known footguns raise a JitError instead of
+replaying wrong values:
 - a Tensor input whose shape (a symbolic size by its variable), dtype or device differs from the recorded call's;
 - two recordings that differ in their kernels, buffers, host constants or returned Python values: a Python value
   the function reads (a global, an attribute, a tensor's value read with .item()) changed between calls;
 - an output that is an input (returned as it is, or a view of it): the replay would have no new buffer for it;
 - a function that assigns its own Tensor argument;
-- a loop (ember.scan with unroll=False) inside: its steps run from Python and are not recorded.
+- a loop (ember.scan with unroll=False) inside: its steps run from Python and are not recorded;
+- backward() or gradient() through a replay's output that carried a gradient when recorded (raised when asked:
+  the recording calls give a graph, a replay has none; backward inside the jitted function works).
 What the function computes from Python values alone is part of the recording, as it is in tinygrad and torch.compile:
 after the recordings, a changed global is not seen (tests/engine/test_jit.py shows it).
 """
