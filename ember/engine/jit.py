@@ -573,6 +573,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         """Record one call under `key` (with its float arguments as data where `numbers` are given); the second
         recording that matches the one before becomes the key's replay."""
         result, rec = self.record(args, kwargs, tensors, buffers)
+        if not isinstance(rec, JitError): rec.given = values  # (before signature(): sizes the inputs bind vary)
         done = self.recordings.setdefault(key, [])
         if numbers:  # floats as data: where that computes otherwise than the numbers would, they key recordings
             data = tensors[len(tensors) - len(numbers):]
@@ -586,7 +587,6 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
                 return result
         if isinstance(rec, JitError): raise rec
         self.out_dtypes.setdefault(form, rec.out_dtypes)
-        rec.given = values
         if done and done[-1].signature() == rec.signature() and done[-1].out_shape == rec.out_shape:
             self.replays[key] = Replay(rec, getattr(self.fn, "__name__", "the function"))
             del self.recordings[key]

@@ -12,9 +12,10 @@ When only an elementwise chain lies between such a reduction and the broadcast o
 instead, so the chain runs once inside the reduce kernel.
 An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops;
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
-and is broadcast is stored once. A padded value that is broadcast (a convolution's window over a padded input) is
-stored padded, so that its reader needs no gate per element: gates that differ from lane to lane make vector loads
-into gathers.
+and is broadcast is stored once, unless its readers recompute it for less than a kernel costs (is_cheap_to_recompute:
+eval BatchNorm's scale in a convolution's epilogue, attention's softmax weights read by a few columns). A padded
+value that is broadcast (a convolution's window over a padded input) is stored padded, so that its reader needs no
+gate per element: gates that differ from lane to lane make vector loads into gathers.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 A reduction of many elements to few results is first split in two (split_reduce), so that its first stage has an
 output axis for the cores to share.
@@ -38,6 +39,9 @@ from ember.variables import is_symbolic, max_count
 RECOMPUTE_LIMIT = 16  # ALU ops; a value dearer than this is stored once rather than recomputed by each reader
 BROADCAST_RECOMPUTE_SIZE = 64  # elements: a broadcast value this small is recomputed per copy (kernels this small
 # are unrolled and share it); a larger dear one (a transcendental, or over RECOMPUTE_LIMIT ops) is stored once
+# unless it is cheap to recompute (is_cheap_to_recompute):
+EPILOGUE_SHARE = 16  # terms of a reader's reduction per op of the value: recomputed after it, at most 1/16 more work
+LOOP_RECOMPUTE_WORK = 1 << 17  # ALU ops a value may add recomputed in a loop: about a kernel launch and its buffer
 
 
 @dataclass(eq=False)
@@ -226,6 +230,35 @@ def recomputed(times: float, looped: bool, kernels: set[UOp], together: list[UOp
     return False
 
 
+def reduce_terms(root: UOp, realized: set[UOp], memo: dict[UOp, int]) -> int:
+    """How many terms the kernel storing `root` sums per output element: its largest fused reduction (1: none)."""
+    if root in memo: return memo[root]
+    value = root.src[0] if root.op is Ops.CONTIGUOUS else root
+    terms = 1
+    for n in value.toposort(descend=lambda n: n is value or n not in realized):
+        if n.op is Ops.REDUCE_AXIS and (n is value or n not in realized):
+            terms = max(terms, max_count(tuple(n.src[0].shape[a] for a in n.arg[1])))
+    memo[root] = terms
+    return terms
+
+
+def is_cheap_to_recompute(u: UOp, cost: int, times: float, looped: bool, kernels: set[UOp], realized: set[UOp],
+                          terms: dict[UOp, int]) -> bool:
+    """A dear broadcast value (see find_realized) costs less computed by each reader than stored by a kernel of its
+    own, when the whole schedule is counted:
+
+    - read after its readers' reductions (an epilogue: eval BatchNorm's 1/sqrt(var + eps) scaling a convolution),
+      each output element computes it once beside a reduction of at least EPILOGUE_SHARE times its ops: a few
+      percent of that kernel's work, against a kernel launch and a buffer;
+    - read inside a reduction's loop (attention's softmax weights in weights @ v, each weight read by the head's
+      d columns), `times` copies of it cost (times - 1) * its elements * its ops more: recomputed while that stays
+      under LOOP_RECOMPUTE_WORK, what a kernel of its own costs to launch and to stream its buffer through."""
+    if cost > RECOMPUTE_LIMIT: return False  # a random number's rounds (rand(m, k) @ rand(k, n)) never are
+    if not looped: return bool(kernels) and all(reduce_terms(k, realized, terms) >= EPILOGUE_SHARE * cost
+                                                for k in kernels)
+    return (times - 1) * max_count(u.shape) * cost <= LOOP_RECOMPUTE_WORK
+
+
 def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     """The nodes that get a buffer of their own (outputs, CONTIGUOUS, shared, broadcast or padded reductions, dear
     values), and the outputs that one kernel computes together (see scalar_program)."""
@@ -244,6 +277,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     spread: dict[UOp, float] = {}  # how many times the kernels reading this value compute each of its elements
     in_loop: dict[UOp, bool] = {}  # a reduction's loop reads this value (computed once per step)
     straight: dict[UOp, bool] = {}  # the kernel of this realized node unrolls every output axis (recomputed)
+    terms: dict[UOp, int] = {}  # terms per output element of the reduction a realized node's kernel runs
     for u in reversed(order):
         if u.op is Ops.SINK: continue
         kernels: set[UOp] = set()
@@ -262,7 +296,8 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
                 (u.op is Ops.REDUCE_AXIS or ends_on_private_reduce(u, consumers)):
             realized.add(u)  # a reduction (or the chain it ends) stored once, not computed per padded position
         if u.op in GroupOp.Elementwise and expanded and (dear[u] or cost[u] > RECOMPUTE_LIMIT) and \
-                max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE:
+                max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and \
+                not is_cheap_to_recompute(u, cost[u], times, looped, kernels, realized, terms):
             realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
             # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)

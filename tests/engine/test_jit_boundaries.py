@@ -118,6 +118,18 @@ def test_a_float_that_changes_every_call_is_fed_as_data_and_replays() -> None:
         assert len(f.replays) == 1 and not f.recordings  # one, whatever the number of learning rates
 
 
+def test_a_float_fed_as_data_with_a_symbolic_batch_replays_one_recording() -> None:
+    """Both change from call to call: the batch (a Variable) and the float (data); one replay serves them all."""
+    bs = Variable("bs", 1, 32)
+    def step(x: Tensor, lr: float) -> Tensor: return (x - x * lr).sum(1)
+    f = jit(step)
+    for i, n in enumerate([4, 9, 4, 17, 32, 1, 9]):
+        x = Tensor(np.random.default_rng(i).standard_normal((n, 6)).astype(np.float32)).reshape(bs.bind(n), 6)
+        lr = 0.5 / (i + 1)
+        np.testing.assert_array_equal(f(x, lr).numpy(), step(x, lr).numpy())
+    assert len(f.replays) == 1 and not f.recordings
+
+
 def test_a_float_read_in_python_keys_recordings_and_stays_right() -> None:
     """Where fn reads the float's value in Python (a branch, math on it, returning it), feeding it as data would
     compute otherwise: jit finds the read and goes back to keying recordings by the value, with eager's results."""
