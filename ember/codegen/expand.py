@@ -126,10 +126,29 @@ class Expander:
 
     # ---- values --------------------------------------------------------------------------------------------------
 
+    def key(self, x: UOp, env: dict[UOp, int]) -> tuple:
+        """A node's value depends only on the values of the ranges it lies under."""
+        return (x, tuple((r, env[r]) for r in x.ranges if r in env))
+
+    def inputs(self, x: UOp) -> tuple[UOp, ...]:
+        """The nodes whose values expand_node reads under the same environment (a REDUCE reads its value under
+        environments of its own: reduce() asks for it)."""
+        if x.op is Ops.LOAD: return x.src[0].src[1:]
+        return x.src if x.op in GroupOp.Elementwise else ()
+
     def value(self, x: UOp, env: dict[UOp, int]) -> Lanes:
         if x not in self.touched: return x
-        key = (x, tuple((r, env[r]) for r in x.ranges if r in env))
-        if key not in self.memo: self.memo[key] = self.expand_node(x, env)
+        if (key := self.key(x, env)) in self.memo: return self.memo[key]
+        # inputs before users from an explicit stack: a chain of 10^5 ops must not recurse once per node
+        stack: list[tuple[UOp, bool]] = [(x, False)]
+        while stack:
+            node, ready = stack.pop()
+            if (node_key := self.key(node, env)) in self.memo: continue
+            if ready:
+                self.memo[node_key] = self.expand_node(node, env)
+                continue
+            stack.append((node, True))
+            stack.extend((s, False) for s in self.inputs(node) if s in self.touched)
         return self.memo[key]
 
     def expand_node(self, x: UOp, env: dict[UOp, int]) -> Lanes:
