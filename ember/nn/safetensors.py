@@ -80,11 +80,10 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike[str],
     order = sorted(state_dict, key=lambda name: (-ALIGNMENT_RANK[state_dict[name].dtype], name))
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
-    sizes: dict[str, int] = {}
     for name in order:
         t = state_dict[name]
         shape = concrete(t.shape)  # (a symbolic size as its bound value: the file holds the values of this call)
-        sizes[name] = nbytes = math.prod(shape) * t.dtype.itemsize
+        nbytes = math.prod(shape) * t.dtype.itemsize
         header[name] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(shape),
                         "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
@@ -93,7 +92,7 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike[str],
     with open(file, "wb") as f:
         f.write(len(text).to_bytes(8, "little"))
         f.write(text)
-        for name in order: _write_tensor(f, state_dict[name], sizes[name])
+        for name in order: _write_tensor(f, state_dict[name])
 
 
 def _check_savable(state_dict: dict[str, Tensor], metadata: dict[str, str] | None, file: str) -> None:
@@ -114,9 +113,10 @@ def _check_savable(state_dict: dict[str, Tensor], metadata: dict[str, str] | Non
                                "(other readers refuse anything else)", file)
 
 
-def _write_tensor(f: BinaryIO, t: Tensor, nbytes: int) -> None:
-    """Write t's first `nbytes` (all of a concrete tensor; a symbolic one's buffer is sized for its maxima)."""
-    if nbytes == 0: return
+def _write_tensor(f: BinaryIO, t: Tensor) -> None:
+    """Write t's values: its buffer's first bytes (all of a concrete tensor's; a symbolic one's buffer is sized for its
+    variables' maxima)."""
+    if (nbytes := math.prod(concrete(t.shape)) * t.dtype.itemsize) == 0: return
     for piece in _host_pieces(t._buffer(), nbytes): f.write(piece)
 
 

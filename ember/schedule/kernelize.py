@@ -126,6 +126,25 @@ def fused_cost(order: dict[UOp, None]) -> tuple[dict[UOp, int], dict[UOp, bool]]
     return cost, dear
 
 
+MAX_FUSED_DEPTH = 1000  # ALU ops on the longest path through one kernel. C compilers take time quadratic in a
+# function's length beyond a few thousand statements (gcc 12 -O2 on a recurrence's gradient: 2500 lines 0.8 s, 10000
+# lines 11 s of CPU, most in register allocation), so a deeper chain is stored every MAX_FUSED_DEPTH ops and runs as
+# several kernels. 1000 leaves whole the deepest kernels of ordinary programs (random numbers ~80, the cart-pole's
+# 10 RK4 steps with their jacobians 876)
+
+
+def cut_deep_chains(order: dict[UOp, None], realized: set[UOp]) -> set[UOp]:
+    """The elementwise nodes to store so that no kernel holds a path of more than MAX_FUSED_DEPTH ALU ops: a chain
+    of 10^5 ops becomes 100 kernels (alike ones compile once) instead of one function no compiler finishes."""
+    depth: dict[UOp, int] = {}  # ALU ops on the longest path down to a buffer, within the node's kernel
+    cuts: set[UOp] = set()
+    for u in order:
+        d = max((depth[s] for s in u.src if s not in realized and s not in cuts), default=0)
+        depth[u] = d = d + (u.op in GroupOp.Elementwise)
+        if d >= MAX_FUSED_DEPTH and u.op in GroupOp.Elementwise and u not in realized: cuts.add(u)
+    return cuts
+
+
 SPLIT_REDUCE = 1 << 15  # elements per result above which a reduction to few (< SPLITS[0]) results has two stages
 SPLITS = (256, 128, 64, 32, 16, 8)  # partial results of the first stage: enough for every core, few to add up
 
@@ -304,7 +323,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
         if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
         spread[u], in_loop[u] = times, looped
-    return realized, together
+    return realized | cut_deep_chains(order, realized), together
 
 
 def kernel_ast(stores: list[tuple[UOp, UOp]], views: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
