@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import ember.engine.realize as realize
+import ember.schedule.cache as schedule_cache
 from ember import Tensor
 from ember.export import Arg
 from ember.helpers import cache_dir
@@ -137,6 +138,7 @@ def use_fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("EMBER_CACHE", str(root))
     monkeypatch.setattr(realize, "_runners", {})
+    schedule_cache.forget()  # (its constants' history too: a scalar that varied in another test is no buffer here)
     assert cache_dir() == str(root)
     return root
 
@@ -147,6 +149,7 @@ def fresh_module_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EMBER_CACHE", str(tmp_path_factory.mktemp("cache")))
         mp.setattr(realize, "_runners", {})
+        schedule_cache.forget()
         yield
 
 
