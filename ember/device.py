@@ -102,7 +102,14 @@ class Buffer:
             dev.allocator.free(self._raw, self.nbytes)
 
     def ensure_allocated(self) -> Buffer:
-        if self._raw is None: self._raw = Device[self.device].allocator.alloc(self.nbytes)
+        if self._raw is None:
+            try:
+                self._raw = Device[self.device].allocator.alloc(self.nbytes)
+            except MemoryError as e:  # (say which buffer: a symbolic one is sized for its variables' maxima)
+                raise MemoryError(f"Buffer: cannot allocate {self.nbytes:,} bytes ({self.size:,} {self.dtype.name}) "
+                                  f"on {self.device}; a tensor of a symbolic size takes memory for its Variable's "
+                                  f"maximum (only the pages its bound values fill are touched): give the Variable a "
+                                  f"smaller maximum") from e
         return self
 
     @property

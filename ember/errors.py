@@ -36,6 +36,11 @@ class ArgumentError(EmberError, ValueError, RuntimeError):
     Python, and a RuntimeError because torch raises that for these calls."""
 
 
+class ModeError(ArgumentError, NotImplementedError):
+    """A mode name the op does not know (pad's or interpolate's `mode`): also a NotImplementedError, as torch's
+    "Unrecognised padding mode"."""
+
+
 class DeviceError(EmberError, RuntimeError):
     """A device that does not exist or is not available here; names what to install."""
 

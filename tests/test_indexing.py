@@ -675,7 +675,7 @@ def test_float_index_tensors_raise_index_error(make_index):
 
 
 @pytest.mark.parametrize("index, message", [
-    (IDX[0, 0, 0], "too many indices for a 2-d tensor"), (IDX[..., 0, ...], "only have one ellipsis"),
+    (IDX[0, 0, 0], "too many indices for a 2-d tensor"), (IDX[..., 0, ...], "only have a single ellipsis"),
     (IDX[1.5], "unsupported index 1.5"),
 ], ids=["too-many", "two-ellipses", "float-scalar"])
 def test_malformed_indices_raise_index_error(index, message):

@@ -283,3 +283,19 @@ def test_a_reduction_without_identity_over_a_symbolic_axis_bound_to_zero_raises(
     symbolic = concrete.realize().reshape(bs.bind(0), 3)
     with pytest.raises(ShapeError, match="cannot reduce axis 0 of size 0"): getattr(concrete, op)(0)
     with pytest.raises(ShapeError, match="cannot reduce axis 0 of size 0"): getattr(symbolic, op)(0)
+
+
+def test_a_symbolic_buffer_too_large_to_allocate_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A buffer of a symbolic shape is sized for its variable's maximum (8.6 GB of float32 for 2**31 - 1): memory
+    that is only reserved where the system allows it, else a MemoryError that says so, not numpy's bare one."""
+    from ember.device import Device
+    allocator = Device["CPU"].allocator
+    original = allocator.alloc
+
+    def limited(nbytes: int) -> object:  # (as a system with a 4 GB address-space limit refuses it)
+        if nbytes > 2**32: raise MemoryError(f"Unable to allocate {nbytes} bytes")
+        return original(nbytes)
+    monkeypatch.setattr(allocator, "alloc", limited)
+    n = Variable("n", 1, 2**31 - 1)
+    x = Tensor(np.arange(3, dtype=np.float32)).realize().reshape(n.bind(3))
+    with pytest.raises(MemoryError, match="symbolic size takes memory for its Variable's maximum"): (x * 2).numpy()

@@ -100,22 +100,28 @@ class ActivationMixin:
 
     def normalize(self: Tensor, p: float = 2.0, axis: int = 1, eps: float = 1e-12, *, dim: int | None = None) -> Tensor:
         """self / max(||self||_p, eps) with the p-norm taken along `axis`, as torch.nn.functional.normalize (which
-        calls the axis `dim`, also accepted; its default is 1). p may be any positive float, inf or -inf.
+        calls the axis `dim`, also accepted; its default is 1). p may be any float, inf or -inf, as torch's norm:
+        p=0 counts the nonzero elements (a count, so no gradient flows through it), and a negative p gives
+        (sum |x|^p)^(1/p).
 
         The root of the norm is taken only where the sum of powers is positive, so an all-zero slice has a finite
-        gradient (1 / eps, as torch's) where sqrt(0)'s derivative would make it NaN.
+        gradient (1 / eps, as torch's) where sqrt(0)'s derivative would make it NaN. For p < 1 a zero element's
+        power is a constant (0, or inf for p < 0) with derivative 0, as torch's norm backward, not 0 * inf = NaN.
 
         >>> Tensor([[3.0, 4.0]]).normalize().tolist()
         [[0.6000000238418579, 0.800000011920929]]
         """
-        if not (p > 0 or math.isinf(p)):
-            raise ValueError(f"normalize: unsupported norm order: p={p}; p must be positive, inf or -inf")
+        if math.isnan(p): raise ValueError("normalize: the norm order p is NaN; p must be a number, inf or -inf")
         a = self._axis(axis if dim is None else dim, "normalize")
         x = self.float_like()
         if math.isinf(p): norm = x.abs().max(axis=a, keepdim=True) if p > 0 else x.abs().min(axis=a, keepdim=True)
+        elif p == 0: norm = x.ne(0).sum(a, keepdim=True).cast(x.dtype)
         elif p == 1: norm = x.abs().sum(a, keepdim=True)
         else:
-            total = (x * x if p == 2 else x.abs().pow(p)).sum(a, keepdim=True)
+            is_nonzero = x.ne(0)
+            powers = x.abs().pow(p) if p > 1 else is_nonzero.where(is_nonzero.where(x.abs(), 1).pow(p),
+                                                                    0.0 if p > 0 else math.inf)
+            total = (x * x if p == 2 else powers).sum(a, keepdim=True)
             is_positive = total > 0
             root = is_positive.where(total, 1).sqrt() if p == 2 else is_positive.where(total, 1).pow(1 / p)
             norm = is_positive.where(root, 0)

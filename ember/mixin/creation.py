@@ -56,6 +56,16 @@ def int_dtype_for(op: str, *values: int) -> DType:
                         "(int64), or pass a float")
 
 
+def check_fits(op: str, dtype: DType, *values: Any) -> None:
+    """Raise OverflowError when a Python int does not fit the integer `dtype` it is written as, as `Tensor([300],
+    dtype=int8)` does: a constant stored in too narrow a type would wrap to another value without a word."""
+    if not dtype.is_int: return
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool) and not dtype.min <= v <= dtype.max:
+            raise OverflowError(f"{op}: integer {v} does not fit {dtype.name}; valid values are {dtype.min}.."
+                                f"{dtype.max}")
+
+
 def accepts_requires_grad(method: Any) -> Any:
     """`method` (a function or classmethod that makes a tensor) also taking torch's `requires_grad=` keyword.
 
@@ -127,6 +137,7 @@ class CreationMixin:
         dims = shape_of(shape if isinstance(shape, tuple) else (shape,), "full")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         if dtype is None and dt.is_int: dt = int_dtype_for("full", fill_value)
+        check_fits("full", dt, fill_value)
         scalar = Tensor(UOp.const(dt, fill_value), device=device)
         return with_requires_grad(scalar.reshape((1,) * len(dims)).expand(dims) if dims else scalar, requires_grad)
 
@@ -155,7 +166,8 @@ class CreationMixin:
     def arange(cls, start: float, stop: float | None = None, step: float = 1, dtype: DType | str | None = None,
                device: str | None = None, requires_grad: bool | None = None) -> Tensor:
         """Values from start (inclusive) to stop (exclusive) by step; int32 unless an argument is a float, or int64
-        where a value does not fit int32 (torch: int64 always).
+        where a value does not fit int32 (torch: int64 always). A first or last value outside an integer `dtype`
+        raises OverflowError (torch wraps it around).
 
         >>> from ember import Tensor
         >>> Tensor.arange(2**31, 2**31 + 2).tolist()
@@ -168,6 +180,7 @@ class CreationMixin:
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
         if dtype is None and dt.is_int: dt = int_dtype_for("arange", start, start + max(n - 1, 0) * step)
+        if n: check_fits("arange", dt, start, start + (n - 1) * step)
         from ember.tensor import Tensor
         index = Tensor._from_uop(UOp(Ops.ARANGE, dtypes.int64 if n > 2**31 - 1 else dtypes.int32, arg=n),
                                  Device.canonicalize(device or Device.DEFAULT))

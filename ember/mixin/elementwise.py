@@ -157,7 +157,7 @@ class ElementwiseMixin:
 
     def _rounded_div(self: Tensor, other: Any, mode: str, reverse: bool = False) -> Tensor:
         if mode not in ("trunc", "floor"):
-            raise ValueError(f"div: rounding_mode must be 'trunc' or 'floor', got {mode!r}")
+            raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {mode!r}")
         a, b = self._operands("div", other)
         if reverse: a, b = b, a
         if a.dtype.is_float: return a.div(b).trunc() if mode == "trunc" else _float_floor_div(a, b)
@@ -405,7 +405,13 @@ class ElementwiseMixin:
         return close | (a.isnan() & b.isnan()) if equal_nan and a.dtype.is_float else close
 
     def isnan(self: Tensor) -> Tensor: return self.ne(self)
-    def isinf(self: Tensor) -> Tensor: return self.abs().eq(float("inf")) if self.dtype.is_float else self.ne(self)
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """Where self is +inf or -inf; tinygrad's `detect_positive`/`detect_negative` pick one sign (as numpy's
+        isposinf/isneginf)."""
+        if not self.dtype.is_float: return self.ne(self)  # an integer is never infinite
+        if detect_positive and detect_negative: return self.abs().eq(float("inf"))
+        if detect_positive: return self.eq(float("inf"))
+        return self.eq(-float("inf")) if detect_negative else self.full_like(False, dtypes.bool)
     def isfinite(self: Tensor) -> Tensor: return (self - self).eq(0)  # inf - inf and NaN - NaN are NaN
     def relu(self: Tensor) -> Tensor:
         """max(x, 0) with torch's derivative at 0 (zero); NaN and -0.0 are kept, as torch's relu keeps them."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.dtype import dtypes
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import ContextVar, prod, strides_for_shape
 from ember.uop.ops import UOp
 from ember.variables import concrete
@@ -96,7 +96,8 @@ def _parse_index(x: Tensor, index: Any) -> _BasicIndex:
         elif t is not None and t.ndim == 0 and t.dtype.is_int and t.values_known(): it = int(t.item())
         elif t is not None: it = t  # a lazy 0-d int index is a 0-d index tensor: it removes the axis as an int
         items.append(it)
-    if sum(i is Ellipsis for i in items) > 1: raise IndexError("index: an index can only have one ellipsis")
+    if sum(i is Ellipsis for i in items) > 1:
+        raise IndexError("index: an index can only have a single ellipsis ('...')")
     def width(i: Any) -> int:  # axes of x an index item consumes
         if i is None or i is Ellipsis or isinstance(i, bool): return 0
         return i.ndim if isinstance(i, Tensor) and i.dtype is dtypes.bool else 1
@@ -294,8 +295,8 @@ class IndexingMixin:
         Without reduce, of several writes to one position the last along `dim` stays, as torch does on CPU; only
         that write gets a gradient (torch gives one to every write, the overwritten ones too)."""
         if reduce is None: return _scatter(self, dim, index, src, "replace", True)
-        if reduce not in ("add", "multiply"): raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got "
-                                                               f"{reduce!r}")
+        if reduce not in ("add", "multiply"):
+            raise ArgumentError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
         return _scatter(self, dim, index, src, "sum" if reduce == "add" else "prod", True)
 
     def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
@@ -305,7 +306,7 @@ class IndexingMixin:
                        include_self: bool = True) -> Tensor:
         """torch.scatter_reduce: combine src into self at index with sum, prod, mean, amax or amin."""
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-            raise ValueError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+            raise ArgumentError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
         return _scatter(self, dim, index, src, reduce, include_self)
 
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
@@ -339,16 +340,28 @@ class IndexingMixin:
         else: check_index_range("one_hot", self, num_classes)
         return self.unsqueeze(-1).eq(Tensor.arange(num_classes, device=self.device)).cast(dtypes.int64)
 
-    def nonzero(self: Tensor) -> Tensor:
-        """The indices of the nonzero elements, one row each (realizes self: the count depends on the values)."""
-        from ember.tensor import Tensor
-        return Tensor(np.argwhere(self.numpy()).astype(np.int64), device=self.device)
+    def nonzero(self: Tensor, size: int | None = None, fill_value: int = 0) -> Tensor:
+        """The indices of the nonzero elements, one row each (realizes self: the count depends on the values).
 
-    def masked_select(self: Tensor, mask: Tensor) -> Tensor:
-        """The elements of self where mask is True, as a 1-d tensor (realizes the mask)."""
+        With `size` (tinygrad's and jax's keyword) the result has exactly `size` rows: the first nonzero elements,
+        then rows of `fill_value`. Its shape no longer depends on the values, so nothing is realized."""
+        from ember.tensor import Tensor
+        if size is None: return Tensor(np.argwhere(self.numpy()).astype(np.int64), device=self.device)
+        flat, found = _first_true("nonzero", self.flatten().ne(0), size)
+        coords = [flat // stride % n for n, stride in zip(self.shape, strides_for_shape(self.shape), strict=True)]
+        no_axes = Tensor.zeros(size, 0, dtype=dtypes.int64, device=self.device)  # a 0-d tensor's rows are empty
+        rows = Tensor.stack(*coords, dim=-1) if coords else no_axes
+        return found.unsqueeze(-1).where(rows, int(fill_value))
+
+    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """The elements of self where mask is True, as a 1-d tensor (realizes the mask). With `size`, exactly
+        `size` elements: the first selected ones, then `fill_value` in self's dtype; nothing is realized."""
         from ember.mixin.elementwise import broadcast_shape
         shape = broadcast_shape("masked_select", self.shape, mask.shape)
-        return self._broadcast_to(shape)[mask._broadcast_to(shape)]
+        if size is None: return self._broadcast_to(shape)[mask._broadcast_to(shape)]
+        flat, found = _first_true("masked_select", mask._broadcast_to(shape).flatten().cast(dtypes.bool), size)
+        picked = self._broadcast_to(shape).flatten()._take(0, flat)
+        return found.where(picked, self._const(fill_value, self.dtype))
 
 
 def _broadcast_value(value: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
@@ -365,6 +378,18 @@ def _fit(v: Tensor, target: tuple[int, ...]) -> Tensor:
     _broadcast_value(v.shape, target)
     while v.ndim > len(target): v = v.reshape(v.shape[1:])
     return v._broadcast_to(target)
+
+
+def _first_true(op: str, mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """For slot k < size: the flat position of the k-th True of the 1-d `mask` (int64), and whether there is one.
+
+    Each True's rank is a running count; slot k compares it with every position, as `x[idx]` does (size x n)."""
+    from ember.tensor import Tensor
+    if not isinstance(size, int) or size < 0: raise ShapeError(f"{op}: size must be a non-negative int, got {size!r}")
+    rank = mask.cast(dtypes.int64).cumsum(0) - 1
+    hit = mask & rank.eq(Tensor.arange(size, dtype=dtypes.int64, device=mask.device).unsqueeze(-1))  # (size, n)
+    position = hit.where(Tensor.arange(mask.shape[0], dtype=dtypes.int64, device=mask.device), 0).sum(-1)
+    return position, hit.any(-1)
 
 
 def _arange_like(n: int, idx: Tensor) -> Tensor:
@@ -409,6 +434,8 @@ def _scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float, reduce:
     _check_same_rank("scatter", self, index, d)
     check_index_range("scatter", index, self.shape[d], d)
     if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+    elif src.dtype != self.dtype:  # as torch: a silent cast could lose src's precision or range
+        raise DTypeError(f"scatter: src is {src.dtype.name} but self is {self.dtype.name}; they must match (cast one)")
     if src.ndim != index.ndim or any(i > s for i, s in zip(index.shape, src.shape, strict=True)):
         raise ShapeError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
     src = src.shrink([(0, s) for s in index.shape]).cast(self.dtype)

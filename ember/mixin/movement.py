@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.dtype import least_upper_dtype
-from ember.errors import AxisError, ShapeError
+from ember.errors import ArgumentError, AxisError, ModeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp
 from ember.variables import Sint, check_dim, concrete, is_symbolic, same_axes
@@ -209,7 +209,7 @@ class MovementMixin:
         mode "constant" fills with `value`; "reflect" mirrors without repeating the edge, "replicate" repeats the
         edge, "circular" wraps around (each as torch.nn.functional.pad). Negative padding crops, in every mode."""
         if mode not in ("constant", "reflect", "replicate", "circular"):
-            raise ValueError(f"pad: mode must be constant, reflect, replicate or circular, got {mode!r}")
+            raise ModeError(f"pad: mode must be constant, reflect, replicate or circular, got {mode!r}")
         if all(isinstance(p, int) for p in padding):
             if len(padding) % 2 or len(padding) // 2 > self.ndim:
                 raise ShapeError(f"pad: flat padding {tuple(padding)} needs two values per axis for {self.shape}")
@@ -414,7 +414,8 @@ class MovementMixin:
 
     def meshgrid(self: Tensor, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of self and `others` (0-d or 1-d), as torch.meshgrid; "xy" swaps the first two axes."""
-        if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        if indexing not in ("ij", "xy"):
+            raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
         tensors = (self, *others)
         for i, t in enumerate(tensors):
             if t.ndim > 1: raise ShapeError(f"meshgrid: tensors must be 0-d or 1-d, got {t.shape} at position {i}")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ember.dtype import DType, dtypes, least_upper_dtype
-from ember.errors import ArgumentError, DTypeError, ShapeError
+from ember.errors import ArgumentError, AxisError, DTypeError, ModeError, ShapeError
 from ember.helpers import prod
 from ember.mixin.indexing import index_values
 
@@ -90,6 +90,18 @@ def _out_size(i: int, k: int, s: int, d: int, before: int, after: int, ceil_mode
         o += 1
         if (o - 1) * s >= i + before: o -= 1
     return o, max(0, (o - 1) * s + d * (k - 1) + 1 - (i + before + after))
+
+
+def _share_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
+    """kv with each of its heads (axis -3) repeated for the query heads it serves (grouped-query attention)."""
+    if query.ndim < 3 or kv.ndim < 3:
+        raise AxisError(f"scaled_dot_product_attention: enable_gqa needs a head axis (-3): query {query.shape}, "
+                        f"{name} {kv.shape}")
+    heads, shared = query.shape[-3], kv.shape[-3]
+    if shared == 0 or heads % shared:
+        raise ShapeError(f"scaled_dot_product_attention: {name} has {shared} heads, query {heads}; with enable_gqa "
+                         f"the {name} heads must divide the query heads")
+    return kv if shared == heads else kv.repeat_interleave(heads // shared, dim=-3)
 
 
 class NNMixin:
@@ -293,7 +305,7 @@ class NNMixin:
         trilinear: linear along each axis), with torch's source-index conventions."""
         from ember.tensor import Tensor
         if mode not in ("nearest", "nearest-exact", "linear"):
-            raise ValueError(f"interpolate: mode must be nearest, nearest-exact or linear, got {mode!r}")
+            raise ModeError(f"interpolate: mode must be nearest, nearest-exact or linear, got {mode!r}")
         if len(size) > self.ndim: raise ShapeError(f"interpolate: size {tuple(size)} has more axes than {self.shape}")
         x = self
         for axis, out in zip(range(self.ndim - len(size), self.ndim), size, strict=True):
@@ -344,11 +356,13 @@ class NNMixin:
 
     def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False,
-                                     scale: float | None = None) -> Tensor:
+                                     scale: float | None = None, enable_gqa: bool = False) -> Tensor:
         """softmax(q k^T * scale + mask) v with self as the query; a bool mask keeps the True positions,
         is_causal keeps key j <= query i (top-left aligned, as torch). A query whose keys are all masked out
-        (every score -inf) gets 0, as torch, not the NaN of a softmax over nothing."""
+        (every score -inf) gets 0, as torch, not the NaN of a softmax over nothing. enable_gqa: key and value may
+        have fewer heads (axis -3) than the query, a divisor of its count; each head serves that many queries."""
         from ember.tensor import Tensor
+        if enable_gqa: key, value = _share_heads(self, key, "key"), _share_heads(self, value, "value")
         if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
             raise ShapeError(f"scaled_dot_product_attention: query {self.shape}, key {key.shape} and value "
                              f"{value.shape} do not fit (need q[-1] == k[-1] and k[-2] == v[-2])")
