@@ -20,7 +20,7 @@ from ember.codegen.linearize import linearize
 from ember.codegen.lowerer import lower
 from ember.codegen.rangeify import rangeify
 from ember.engine.realize import GlobalCounters
-from ember.uop.ops import Ops
+from ember.uop.ops import GroupOp, Ops, UOp
 
 RNG = np.random.default_rng(0)
 ARRAYS = {
@@ -260,7 +260,10 @@ def test_same_program_on_other_buffers_shares_one_ast():
     assert one[0].bufs[1] is not two[0].bufs[1]
 
 
-def test_long_elementwise_chain_schedules_and_lowers_without_recursion():
+@pytest.mark.slow  # 30 s or more: rangeify, lower and linearize of one kernel of 10^5 ops
+def test_long_elementwise_chain_schedules_and_lowers_without_recursion(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.schedule import kernelize
+    monkeypatch.setattr(kernelize, "MAX_FUSED_DEPTH", 1 << 30)  # one kernel of them all (not cut: see below)
     start = time.perf_counter()
     x = Tensor(np.zeros(4, np.float32))
     for _ in range(100_000): x = x + 1.0
@@ -453,3 +456,26 @@ def test_a_reduction_padded_into_a_loop_is_computed_once(name, build, numpy, ker
     items = out.schedule()
     assert len(items) == kernels
     np.testing.assert_allclose(out.numpy(), numpy(x), rtol=1e-13)
+
+
+def longest_alu_path(ast: UOp) -> int:
+    """ALU ops on the longest path through a kernel's AST."""
+    depth: dict = {}
+    for u in ast.toposort():
+        depth[u] = max((depth[s] for s in u.src), default=0) + (u.op in GroupOp.Elementwise)
+    return max(depth.values())
+
+
+def test_a_chain_deeper_than_a_kernel_may_be_runs_as_several(monkeypatch: pytest.MonkeyPatch) -> None:
+    # C compilers take time quadratic in a function's length (gcc: 10^4 statements ~11 s), so a chain is stored
+    # every MAX_FUSED_DEPTH ops: 260 steps of x * 0.999 + 0.01 are 520 ops, cut after 50, 100, ..., 500
+    from ember.schedule import kernelize
+    monkeypatch.setattr(kernelize, "MAX_FUSED_DEPTH", 50)
+    x, expected = Tensor(ARRAYS["a"].copy()), ARRAYS["a"].copy()
+    for _ in range(260):
+        x = x * 0.999 + 0.01
+        expected = expected * np.float32(0.999) + np.float32(0.01)
+    items = x.schedule()
+    assert len(items) == 11
+    assert max(longest_alu_path(item.ast) for item in items) == 50
+    np.testing.assert_allclose(x.numpy(), expected, rtol=1e-6)
