@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ember.dtype import dtypes
 from ember.helpers import argsort, prod
-from ember.uop.ops import GroupOp, Ops, UOp, constant_of
+from ember.uop.ops import GroupOp, Ops, ScatterArg, UOp, constant_of
 from ember.uop.upat import PatternMatcher, UPat
 
 if TYPE_CHECKING:
@@ -106,15 +106,16 @@ def grad_flip(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
 
 
 def grad_gather(ctx: Tensor, ret: UOp, x: UOp, idx: UOp) -> Grads:
-    """Each gathered position sends its gradient to the element it read; an element read several times adds them.
-    Written as a comparison of every read with every element (the backward pass of an embedding lookup)."""
-    from ember.tensor import Tensor
-    axis, n = ret.arg, x.shape[ret.arg]
-    lead, trail = x.shape[:axis], x.shape[axis + 1:]
-    reads = as_tensor(idx, ctx).reshape(-1)
-    hit = reads.unsqueeze(-1).eq(Tensor.arange(n, dtype=reads.dtype, device=ctx.device)).reshape(1, -1, n, 1)
-    per_read = ctx.reshape(prod(lead), reads.numel(), 1, prod(trail))
-    return hit.where(per_read, 0).sum(1).reshape(lead + (n,) + trail), None
+    """Each gathered position sends its gradient to the element it read; an element read several times adds them:
+    a scatter-add of the gradient by the same indices, one step per read (an embedding's backward pass)."""
+    scattered = UOp(Ops.SCATTER_ADD, ctx.dtype, (ctx.uop, idx), ScatterArg(ret.arg, x.shape[ret.arg]))
+    return as_tensor(scattered, ctx), None
+
+
+def grad_scatter_add(ctx: Tensor, ret: UOp, src: UOp, idx: UOp) -> Grads:
+    """Each element of src was added at the position its index holds: it gets that position's gradient (a
+    gather; 0 for an index outside the axis, which added nowhere)."""
+    return as_tensor(UOp(Ops.GATHER, ctx.dtype, (ctx.uop, idx), ret.arg.axis), ctx), None
 
 
 def is_zero(u: UOp) -> bool:
@@ -214,6 +215,7 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.SHRINK, name="ret", src=(UPat.var("x"),)), grad_shrink),
     (UPat(Ops.FLIP, name="ret", src=(UPat.var("x"),)), grad_flip),
     (UPat(Ops.GATHER, name="ret", src=(UPat.var("x"), UPat.var("idx"))), grad_gather),
+    (UPat(Ops.SCATTER_ADD, name="ret", src=(UPat.var("src"), UPat.var("idx"))), grad_scatter_add),
 ])
 
 

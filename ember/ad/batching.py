@@ -114,6 +114,25 @@ def _lift_body(a: Any, b: int, batched: list[bool], rows_batched: list[bool], pa
     return [bt for _, bt in lift(list(a.out[:-1]), subst, b)]
 
 
+def lift_scatter_add(ctx: Lifting, u: UOp) -> UOp:
+    """SCATTER_ADD(src, idx) along axis a into n positions. Unbatched indices add every batch element's src alike.
+    Batched indices add into their own element: the batch axis joins the index axes and the n positions become
+    size * n, each index offset by b * n (the transpose of lift_gather's merge)."""
+    from ember.tensor import Tensor
+    (src, idx), (src_batched, idx_batched), a, n = ctx.srcs, ctx.batched, u.arg.axis, u.arg.size
+    if not idx_batched: return UOp(Ops.SCATTER_ADD, u.dtype, (src, idx), type(u.arg)(a + 1, n))
+    t = Tensor._from_uop(src if src_batched else broadcast_front(src, ctx.size), Device.DEFAULT)
+    k = len(idx.shape) - 1
+    moved = t.permute(*range(1, a + 1), 0, *range(a + 1, t.ndim))  # (lead, size, *idx axes, trail)
+    i = Tensor._from_uop(idx, Device.DEFAULT)
+    batch = Tensor.arange(ctx.size, dtype=i.dtype).reshape((ctx.size,) + (1,) * k)
+    flat = ((i > -1) & (i < n)).where(i + batch * n, -1)  # an index outside its axis still adds nowhere
+    out = Tensor._from_uop(UOp(Ops.SCATTER_ADD, u.dtype, (moved.uop, flat.uop), type(u.arg)(a, ctx.size * n)),
+                           Device.DEFAULT)
+    split = out.reshape(out.shape[:a] + (ctx.size, n) + out.shape[a + 1:])
+    return split.permute(a, *range(a), *range(a + 1, split.ndim)).uop
+
+
 pm_lift = PatternMatcher([
     (UPat(Ops.FOLD, name="u"), lift_fold),
     (UPat(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}, name="u"),
@@ -127,6 +146,7 @@ pm_lift = PatternMatcher([
     (UPat(Ops.REDUCE_AXIS, name="u"), lambda ctx, u:
      UOp(Ops.REDUCE_AXIS, u.dtype, ctx.srcs, (u.arg[0], tuple(a + 1 for a in u.arg[1])))),
     (UPat(Ops.GATHER, name="u"), lift_gather),
+    (UPat(Ops.SCATTER_ADD, name="u"), lift_scatter_add),
 ])
 
 

@@ -29,7 +29,7 @@ from ember.scan import body_with, fold_parts, join, make_fold, split
 from ember.tensor import Tensor
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 
-LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.GATHER}
+LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.GATHER, Ops.SCATTER_ADD}
 
 
 def as_tensor(u: UOp) -> Tensor:
@@ -43,7 +43,7 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
     if u.op is Ops.DETACH or not any(have): return None
     if u.op is Ops.FOLD: return fold_tangent(u, tans, size)
     if u.op in LINEAR or (u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD):
-        if not have[0]: return None  # a GATHER's indices have no derivative
+        if not have[0]: return None  # a GATHER's (a SCATTER_ADD's) indices have no derivative
         return lift_node(u, [(tans[u.src[0]], True), *((s, False) for s in u.src[1:])], size)
     t = {s: as_tensor(tans[s]) for s in u.src if s in tans}
     if u.op is Ops.ADD: return _sum([t.get(s) for s in u.src])

@@ -68,6 +68,7 @@ def _propagate(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp
     if u.op in GroupOp.Movement: return apply_movement(u, x, trailing=1)
     if u.op is Ops.REDUCE_AXIS: return x.any(axis=u.arg[1], keepdims=True)
     if u.op is Ops.GATHER: return _gather(u, x, inputs)
+    if u.op is Ops.SCATTER_ADD: return _scatter_add(u, x, inputs)
     raise NotImplementedError(f"sparsity: no rule for {u.op.name}")
 
 
@@ -113,6 +114,23 @@ def _gather(u: UOp, x: np.ndarray, inputs: set[UOp]) -> np.ndarray:
     taken = np.take(x, np.where(inside, at, 0), axis=a)
     mask = inside.reshape((1,) * a + at.shape + (1,) * (x.ndim - a - 1))
     return taken & mask
+
+
+def _scatter_add(u: UOp, x: np.ndarray, inputs: set[UOp]) -> np.ndarray:
+    """A position depends on every element added at it: those whose index holds it, when the indices are known;
+    all of them, when the indices are computed from inputs."""
+    idx, a, n = u.src[1], u.arg.axis, u.arg.size
+    k = len(idx.shape)
+    rows = np.moveaxis(x.reshape(x.shape[:a] + (-1,) + x.shape[a + k:]), a, 0)  # (index, lead, trail, cols)
+    if any(m in inputs for m in idx.toposort()):
+        return np.broadcast_to(np.expand_dims(rows.any(axis=0), a), (*u.shape, x.shape[-1]))
+    from ember.device import Device
+    from ember.tensor import Tensor
+    at = Tensor._from_uop(idx, Device.DEFAULT).cast(dtypes.int64).numpy().reshape(-1)
+    inside = (at >= 0) & (at < n)
+    out = np.zeros((n,) + rows.shape[1:], dtype=bool)
+    np.logical_or.at(out, at[inside], rows[inside])
+    return np.moveaxis(out, 0, a)
 
 
 # ---- colorings -------------------------------------------------------------------------------------------------

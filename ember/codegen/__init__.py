@@ -20,6 +20,7 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: lis
     sink = rangeify(ast)  # movement ops -> RANGE/INDEX/LOAD; index arithmetic simplified
     sink = split_segments(sink)  # a loop that compares i with constants: one loop per stretch between them
     sink = split_periodic(sink)  # a loop that tests i % p for a small p: whole periods, one period unrolled
+    if any(u.op is Ops.SCATTER_ADD for u in ast.toposort()): opts = []  # its steps add in turn (store_scatter)
     if opts is None and BEAM and not NOOPT: opts = beam_search(sink, renderer, name or kernel_name(ast), BEAM.value)
     if opts is None: opts = [] if NOOPT else hand_coded_opts(sink, renderer)
     name = name or kernel_name(ast)

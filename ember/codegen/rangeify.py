@@ -25,7 +25,7 @@ import itertools
 import operator
 from dataclasses import dataclass, field
 
-from ember.codegen.lowerer import reduce_identity
+from ember.codegen.lowerer import end_ranges, reduce_identity
 from ember.codegen.stores import split_stores
 from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import UNROLL, strides_for_shape
@@ -255,7 +255,7 @@ Axes = tuple[frozenset[int], ...]  # per axis of a node: the output axes its ind
 def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
     """Which output axes each axis of u's sources is indexed by, given u's."""
     none: frozenset[int] = frozenset()
-    if u.op is Ops.FOLD: return []  # stored by a loop of its own: nothing below it is indexed by u's axes
+    if u.op in (Ops.FOLD, Ops.SCATTER_ADD): return []  # stored by loops of their own: nothing below is indexed by u
     if u.op is Ops.RESHAPE:
         if 0 in u.src[0].shape: return []
         out = [none] * len(u.src[0].shape)
@@ -291,7 +291,40 @@ def branching_axes(value: UOp, shape: tuple[Sint, ...]) -> frozenset[int]:
     return frozenset(chosen)
 
 
+def store_scatter(ctx: RangeifyContext, view: UOp, value: UOp) -> UOp | None:
+    """A SCATTER_ADD stored: a loop that zeroes the output, then one loop over the source that adds each element at
+    the position its index holds (a data-dependent address, written only when the index is inside the axis):
+
+        for j: out[j] = 0
+        for r: if 0 <= idx[r] < n: out[idx[r]] = out[idx[r]] + src[r]
+
+    The second loop reads what earlier steps wrote, so its loops are LOOP ranges and the kernel gets no opts
+    (codegen/__init__.py): split across cores or into vector lanes, two steps adding at one position would race.
+    Its cost is one step per source element: linear, where a comparison of every source element with every
+    position of the axis (a one-hot) grows with their product."""
+    if (found := target_offset(view, tuple(UOp.const(ctx.index_dtype, 0) for _ in view.shape), ctx.index_dtype)) \
+            is None:
+        return None
+    g, d, always = found[0], ctx.index_dtype, UOp.const(dtypes.bool, True)
+    out_loops = tuple(ctx.new_range(s, AxisKind.LOOP) for s in view.shape)
+    offset = target_offset(view, out_loops, d)
+    assert offset is not None
+    zero = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, g.dtype, offset), UOp.const(value.dtype, 0)))
+    zeroed = end_ranges(zero, tuple(r for r in out_loops if r.op is Ops.RANGE))  # (an axis of 1 has no loop)
+    src, table, a = value.src[0], value.src[1], value.arg.axis
+    loops = tuple(ctx.new_range(s, AxisKind.LOOP) for s in src.shape)
+    where = at(table, always, loops[a:a + len(table.shape)]).cast(d)
+    inside = (UOp.const(d, -1) < where) & (where < value.arg.size)
+    target = target_offset(view, loops[:a] + (where,) + loops[a + len(table.shape):], d)
+    assert target is not None
+    slot = UOp(Ops.INDEX, g.dtype, (g.after(zeroed), target[1], inside))
+    total = UOp(Ops.LOAD, value.dtype, (slot,)) + at(src, always, loops)
+    return UOp(Ops.SINK, dtypes.void, (zeroed, UOp(Ops.STORE, dtypes.void, (slot, total))))
+
+
 pm_rangeify = PatternMatcher([
+    (UPat(Ops.STORE, src=(UPat((Ops.RESHAPE, Ops.SHRINK), name="view"), UPat(Ops.SCATTER_ADD, name="value"))),
+     store_scatter),  # (before store_over_ranges, which would loop over the output)
     (UPat(Ops.STORE, src=(UPat((Ops.RESHAPE, Ops.SHRINK), name="view"), UPat.var("value"))), store_over_ranges),
     (UPat(Ops.INDEX, src=(UPat(GroupOp.Elementwise),), allow_any_len=True, name="x"),
      lambda x: index_alu(x.src[0], x.src[1], x.src[2:])),

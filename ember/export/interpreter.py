@@ -98,6 +98,19 @@ def _gather(u: UOp, x: Value, table: Value) -> Value:
     return np.where(inside.reshape((1,) * a + at.shape + (1,) * (x.ndim - a - 1)), taken, np.zeros((), x.dtype))
 
 
+def _scatter_add(u: UOp, src: Value, table: Value) -> Value:
+    """src's index axes summed into u.arg.size positions by table's values, in the kernel's order (each position
+    from 0, its terms in index order: np.add.at's); an index outside the axis adds nowhere (rangeify's
+    store_scatter)."""
+    a, n, k = u.arg.axis, u.arg.size, table.ndim
+    at = table.astype(np.int32).astype(np.int64).reshape(-1)
+    rows = np.moveaxis(src.reshape(src.shape[:a] + (-1,) + src.shape[a + k:]), a, 0)  # (index, lead, trail)
+    inside = (at >= 0) & (at < n)
+    out = np.zeros((n,) + rows.shape[1:], dtype=src.dtype)
+    np.add.at(out, at[inside], rows[inside])
+    return np.moveaxis(out, 0, a)
+
+
 @functools.lru_cache(maxsize=4096)
 def _unrolled_axes(u: UOp) -> tuple[int, ...]:
     """The reduced axes rangeify unrolls (index_reduce): their terms are summed per loop step, then accumulated."""
@@ -246,6 +259,7 @@ def _function(u: UOp) -> Callable[..., Value]:
     if u.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return lambda x: x
     if u.op is Ops.REDUCE_AXIS: return functools.partial(_reduce, u)
     if u.op is Ops.GATHER: return functools.partial(_gather, u)
+    if u.op is Ops.SCATTER_ADD: return functools.partial(_scatter_add, u)
     if u.op is Ops.WHERE: return np.where
     if u.op is Ops.CAST: return functools.partial(_cast, u)
     if u.op is Ops.BITCAST: return lambda x: np.ascontiguousarray(x).view(want)
@@ -259,6 +273,6 @@ def _function(u: UOp) -> Callable[..., Value]:
 
 
 _KNOWN = frozenset({Ops.DEFINE_GLOBAL, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS,
-                    Ops.GATHER, Ops.WHERE, Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD, Ops.STORE, Ops.SINK, Ops.POW,
-                    Ops.ATAN2}) | \
+                    Ops.GATHER, Ops.SCATTER_ADD, Ops.WHERE, Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD, Ops.STORE,
+                    Ops.SINK, Ops.POW, Ops.ATAN2}) | \
     GroupOp.Movement | GroupOp.Transcendental | set(_UNARY) | set(_BINARY)

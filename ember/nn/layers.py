@@ -121,7 +121,9 @@ class ConvTranspose2d(_ConvTransposeNd):
 class Embedding(Module):
     """Row idx of weight for every index: (…) int tensor -> (…, embed_size), as torch.nn.Embedding.
 
-    The lookup is a one-hot matrix product, so its gradient is an ordinary matmul too."""
+    The lookup reads one row per index (a gather, linear in the indices), and its gradient adds each index's
+    gradient row into the row it read (a scatter-add, linear too): a one-hot matrix product would cost indices x
+    vocab_size x embed_size both ways."""
 
     def __init__(self, vocab_size: int, embed_size: int) -> None:
         self.vocab_size, self.embed_size = vocab_size, embed_size
@@ -130,7 +132,7 @@ class Embedding(Module):
     def __call__(self, idx: Tensor) -> Tensor:
         if not idx.dtype.is_int: raise ShapeError(f"Embedding: indices must be integers, got {idx.dtype.name}")
         check_index_range("Embedding", idx, self.vocab_size)  # torch takes no negative index here
-        return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
+        return self.weight[idx]
 
 
 class Dropout(Module):

@@ -32,6 +32,7 @@ class Ops(enum.IntEnum):
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
     REDUCE_AXIS = enum.auto(); ARANGE = enum.auto()  # noqa: E702  (ARANGE: the tensor 0..arg-1)
     GATHER = enum.auto()  # GATHER(x, idx), arg axis: x with axis `arg` indexed by the values of idx
+    SCATTER_ADD = enum.auto()  # SCATTER_ADD(src, idx), arg ScatterArg: GATHER's transpose, summed by index
     FOLD = enum.auto()  # FOLD(carry0, [xs], *params), arg FoldArg: a loop of `length` steps of one body graph
     # kernel level
     DEFINE_GLOBAL = enum.auto(); DEFINE_VAR = enum.auto(); DEFINE_REG = enum.auto()  # noqa: E702
@@ -108,6 +109,16 @@ class BufferArg(NamedTuple):
 
     uid: int
     device: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScatterArg:
+    """The arg of a SCATTER_ADD(src, idx): src's axes axis .. axis+k-1 (idx's shape, k = idx's rank) are replaced by
+    one axis of `size`; each element of src is added at the position along it that idx holds for it (an index
+    outside [0, size) adds nowhere). The transpose of GATHER(x, idx) along `axis`, so its gradient."""
+
+    axis: int
     size: int
 
 
@@ -451,6 +462,9 @@ def _compute_shape(u: UOp) -> tuple[int, ...]:
     if u.op is Ops.SHRINK: return tuple(e if b == 0 else e - b for b, e in u.arg)
     if u.op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src))
     if u.op is Ops.GATHER: return src[:u.arg] + u.src[1]._shape + src[u.arg + 1:]  # type: ignore[attr-defined]
+    if u.op is Ops.SCATTER_ADD:
+        a, k = u.arg.axis, len(u.src[1]._shape)  # type: ignore[attr-defined]
+        return src[:a] + (u.arg.size,) + src[a + k:]
     if u.op in (Ops.SINK, Ops.KERNEL): return ()
     return src
 

@@ -29,7 +29,7 @@ def alu_operands_agree(u: UOp) -> str | None:
 
 def no_tensor_level_ops(u: UOp) -> str | None:
     """After rangeify: no movement op, REDUCE_AXIS or value-level INDEX is left."""
-    if u.op in GroupOp.Movement or u.op in (Ops.REDUCE_AXIS, Ops.ARANGE, Ops.GATHER):
+    if u.op in GroupOp.Movement or u.op in (Ops.REDUCE_AXIS, Ops.ARANGE, Ops.GATHER, Ops.SCATTER_ADD):
         return f"{u.op.name} survived rangeify"
     if u.op is Ops.INDEX and not isinstance(u.dtype, PtrDType): return "a tensor-level INDEX survived rangeify"
     if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is not Ops.INDEX: return f"{u.op.name} must go through INDEX"
