@@ -68,6 +68,7 @@ class NativeGraph:
         compiler = compiler or Device["CPU"].compiler
         self.run, self.pool_run = graph_runner(compiler), ctypes.cast(thread_pool(compiler), ctypes.c_void_p)
         self.names = [program.name for program, _, _ in entries]
+        self.programs = [program for program, _, _ in entries]  # (their libraries stay loaded while the graph is)
         tasks = [program.task.value if program.task is not None else None for program, _, _ in entries]
         if None in tasks:
             missing = [name for name, task in zip(self.names, tasks, strict=True) if task is None]

@@ -272,10 +272,25 @@ def thread_pool(compiler: CCompiler) -> Any:
     return run
 
 
+def find_dlclose() -> Any:
+    """libc's dlclose(handle), or None where the process has none to call (ctypes never unloads a library itself)."""
+    try:
+        close = ctypes.CDLL(None).dlclose
+    except (OSError, AttributeError):
+        return None
+    close.argtypes, close.restype = [ctypes.c_void_p], ctypes.c_int
+    return close
+
+
+DLCLOSE = find_dlclose()
+
+
 class CPUProgram:
     """A compiled kernel: loads the shared object and calls the function with buffer pointers. A threaded kernel
     (threads > 1) runs on the thread pool, once per core, each call given its slice; ctypes releases the GIL.
-    `task` is the address of the kernel's `{name}_task(args, core)` entry, which runtime/graph.py calls."""
+    `task` is the address of the kernel's `{name}_task(args, core)` entry, which runtime/graph.py calls; whoever
+    calls it holds the program, which unloads its library when it is freed (an evicted runner, a search's candidate:
+    about 49 KB of mappings each, which ctypes would keep for the process's life)."""
 
     def __init__(self, name: str, lib: bytes, threads: int = 1, compiler: CCompiler | None = None,
                  cached: bool = True) -> None:
@@ -297,6 +312,9 @@ class CPUProgram:
         if threads > 1:
             if self.task is None: raise ValueError(f"{name}: a threaded kernel needs its {name}_task entry")
             self.pool = thread_pool(compiler or CCompiler())
+
+    def __del__(self) -> None:
+        if (lib := self.__dict__.get("lib")) is not None and DLCLOSE is not None: DLCLOSE(lib._handle)
 
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
         """Run on `bufs`: Buffers (their cached addresses) or host arrays."""

@@ -6,7 +6,10 @@ for the values, and the runners and loaded libraries still alive after many kern
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import gc
+import os
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from ember.device import Device
 from ember.engine.jit import Recorder
 from ember.engine.realize import CompiledRunner
 from ember.helpers import RECORDERS, Context
+from tests.helpers import use_fresh_cache
 
 
 def runners_of(value: Tensor) -> list[CompiledRunner]:
@@ -63,3 +67,24 @@ def test_the_program_that_runs_is_the_one_the_flags_ask_for(build: Callable, fir
         assert (runner.spec.opts, runner.spec.src) == (expected.opts, expected.src), flags
         np.testing.assert_allclose(value.numpy(), want, rtol=1e-6)
     with Context(**first), Context(**then): assert runners_of(build(rng)[0])[0] is runner  # kept, not rebuilt
+
+
+def loaded_kernels(root: Path) -> set[str]:
+    """The kernel libraries under `root` (a cache directory) this process has mapped now, by path."""
+    with open("/proc/self/maps") as f: paths = {line.split()[-1] for line in f if line.rstrip().endswith(".so")}
+    return {p for p in paths if p.startswith(str(root)) and "ember_" not in p}  # (not the pool's or graph's)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps to see loaded libraries")
+def test_runners_are_evicted_and_their_libraries_unloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for 2 runners, 6 different kernels in turn: 2 runners stay, and the evicted ones' libraries are
+    unloaded (ctypes keeps a library loaded for the process's life); each value is still right, an evicted kernel
+    run again included."""
+    root = use_fresh_cache(tmp_path, monkeypatch)
+    monkeypatch.setattr(realize, "RUNNER_CACHE_SIZE", 2)
+    for n in (2, 3, 4, 5, 6, 7, 2):
+        xn = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+        np.testing.assert_array_equal((Tensor(xn) * 2).numpy(), xn * 2)
+        gc.collect()
+        assert len(realize._runners) <= 2
+        assert 1 <= len(loaded_kernels(root)) <= 2, sorted(loaded_kernels(root))
