@@ -104,6 +104,40 @@ def _share_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
     return kv if shared == heads else kv.repeat_interleave(heads // shared, dim=-3)
 
 
+def _uint8_weights(n_in: int, n_out: int, align_corners: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """torch's bilinear taps for uint8 along one axis: (source index, int16 weight) per output and tap, and the
+    weights' fixed-point precision (bits), the largest that keeps the largest weight under 2**15."""
+    if align_corners: scale, delta = ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0), 0.5
+    else: scale, delta = n_in / n_out, 0.0
+    taps = 3  # a triangle filter of support 1: torch's ceil(support) * 2 + 1
+    index, weight = np.zeros((n_out, taps), np.int64), np.zeros((n_out, taps))
+    for o in range(n_out):
+        center = scale * (o + 0.5 - delta)
+        first = max(int(center - 0.5 + delta), 0)  # int() truncates toward zero, as the C++ cast
+        count = min(max(min(int(center + 1.5 + delta), n_in) - first, 0), taps)
+        index[o, :count] = np.arange(first, first + count)
+        weight[o, :count] = np.maximum(0.0, 1 - np.abs(np.arange(first, first + count) - center + 0.5 - delta))
+        if weight[o].sum(): weight[o] /= weight[o].sum()
+    bits = 0
+    while bits < 22 and int(0.5 + weight.max() * (1 << (bits + 1))) < 1 << 15: bits += 1
+    return index, np.floor(weight * (1 << bits) + 0.5).astype(np.int32), bits  # weights >= 0: round half up
+
+
+def _resample_uint8(x: Tensor, axis: int, n_out: int, align_corners: bool) -> Tensor:
+    """One pass of torch's uint8 bilinear resampling along `axis`: the taps' int16 weights times the bytes, summed in
+    int32, rounded and shifted back by the precision, clamped to a byte. torch resizes the last axis first, then the
+    one before, rounding to uint8 in between; the bytes match only in that order."""
+    from ember.tensor import Tensor
+    index, weight, bits = _uint8_weights(x.shape[axis], n_out, align_corners)
+    shape = (n_out,) + (1,) * (x.ndim - axis - 1)
+    acc = Tensor.full((), 1 << (bits - 1), dtype=dtypes.int32, device=x.device)
+    for tap in range(index.shape[1]):
+        if not weight[:, tap].any(): continue
+        picked = x[(slice(None),) * axis + (Tensor(index[:, tap], device=x.device),)].cast(dtypes.int32)
+        acc = acc + picked * Tensor(weight[:, tap].reshape(shape), device=x.device)
+    return (acc // (1 << bits)).clip(0, 255).cast(dtypes.uint8)
+
+
 class NNMixin:
     """torch.nn.functional's ops as Tensor methods, with tinygrad's names where it has them."""
 
@@ -302,11 +336,15 @@ class NNMixin:
 
     def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resample the last len(size) axes to `size`: 'nearest', 'nearest-exact' or 'linear' (bilinear,
-        trilinear: linear along each axis), with torch's source-index conventions."""
+        trilinear: linear along each axis), with torch's source-index conventions. A uint8 image resamples
+        bilinearly in torch's fixed-point arithmetic (see `_resample_uint8`), so its bytes are torch's."""
         from ember.tensor import Tensor
         if mode not in ("nearest", "nearest-exact", "linear"):
             raise ModeError(f"interpolate: mode must be nearest, nearest-exact or linear, got {mode!r}")
         if len(size) > self.ndim: raise ShapeError(f"interpolate: size {tuple(size)} has more axes than {self.shape}")
+        if mode == "linear" and self.dtype is dtypes.uint8 and len(size) == 2:  # torch: uint8 bilinear only
+            x = self if size[1] == self.shape[-1] else _resample_uint8(self, self.ndim - 1, size[1], align_corners)
+            return x if size[0] == x.shape[-2] else _resample_uint8(x, x.ndim - 2, size[0], align_corners)
         x = self
         for axis, out in zip(range(self.ndim - len(size), self.ndim), size, strict=True):
             i = x.shape[axis]
@@ -325,8 +363,8 @@ class NNMixin:
             if mode != "linear":
                 x = x[tuple(index) + (Tensor(lo, device=self.device),)]
                 continue
-            if not x.dtype.is_float: raise DTypeError(f"interpolate: linear mode needs a float tensor, not "
-                                                      f"{x.dtype.name}")
+            if not x.dtype.is_float: raise DTypeError(f"interpolate: linear mode needs a float tensor (or uint8 with "
+                                                      f"two axes resized, as torch), not {x.dtype.name}")
             hi = np.minimum(lo + 1, i - 1)
             frac = src - lo
             shape = (out,) + (1,) * (x.ndim - axis - 1)
