@@ -133,3 +133,18 @@ def test_gather_backward_time_is_linear_in_rows(name, fn):
     Best of three runs each, so a busy shared machine does not decide it."""
     small, large = backward_seconds(fn, 25_000), backward_seconds(fn, 100_000)
     assert large / small < 8, f"{name}: 25k rows {small * 1e3:.1f} ms, 100k rows {large * 1e3:.1f} ms"
+
+
+@pytest.mark.parametrize("in_axes", [0, (None, 0)])
+def test_vmap_of_a_gather_gradient_with_batched_indices_matches_torch(in_axes):
+    """vmap lifts the gradient's SCATTER_ADD: each batch element's indices add into its own gradient only."""
+    from ember import ad
+    from ember.export import Arg, NumericalFunction
+    w = RNG.normal(size=4)
+    f = NumericalFunction("picked", lambda x, i: (x[i].sin() * Tensor(w)).sum(), [Arg(5), Arg(4, "int64")])
+    x = RNG.normal(size=(3, 5) if in_axes == 0 else (5,))
+    index = RNG.integers(0, 5, (3, 4))
+    got = ad.vmap(ad.gradient(f, 0), in_axes, axis_size=3)(x, index)
+    want = torch.func.vmap(torch.func.grad(lambda x, i: (x[i].sin() * torch.tensor(w)).sum()),
+                           in_dims=in_axes)(torch.tensor(x), torch.tensor(index))
+    np.testing.assert_allclose(np.asarray(got).reshape(want.shape), want.numpy(), rtol=1e-12, atol=1e-14)
