@@ -1,11 +1,11 @@
 """Indexing Tensor ops: `x[...]` and `x[...] = v` with numpy's rules, gather, scatter, masked_fill, index_select.
 
 Basic indices (ints, slices with any step, None, Ellipsis) are movement ops: shrink, flip, a strided reshape, and
-nothing is copied. Index tensors (integer or boolean) select by comparison: `x[idx]` compares each wanted position
-with every position of the indexed axes and keeps the one that matches, a reduction that fuses into one kernel and
-that autograd differentiates like any other op. It costs (elements out) x (size of the indexed axes) compares, fine
-for the embedding tables and label lookups it is used for. A boolean mask gives a shape that depends on its values,
-so it is realized first, as in torch and numpy.
+nothing is copied. Index tensors (integer or boolean) read by address: `x[idx]` and gather are a GATHER, one load per
+element out at the position the index holds, fused into the kernel that reads it; their gradient is a SCATTER_ADD
+(gradient.py), one add per element out, so both directions cost time linear in the elements read, as an embedding
+table or a label lookup needs. A boolean mask gives a shape that depends on its values, so it is realized first, as
+in torch and numpy.
 
 Indices out of range. Each op accepts the indices torch accepts: `x[idx]` (and index_put through `x[idx] = v`)
 wraps a negative index once, so [-n, n) is valid; gather, scatter, index_select, one_hot, Embedding and the loss
