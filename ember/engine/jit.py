@@ -163,6 +163,12 @@ def number_tensor(value: Any, device: str) -> Tensor:
     return Tensor._from_uop(UOp(Ops.RESHAPE, dtypes.float64, (buffer_uop(buf),), ()), device)
 
 
+def fill(buf: Buffer, value: Any) -> None:
+    """Write a float argument into its one-element float64 buffer: in place where it is host memory (no copy)."""
+    if isinstance(raw := buf.raw, np.ndarray): raw.view(np.float64)[0] = value
+    else: buf.copyin(np.array([value], np.float64))
+
+
 def named_values(fn: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
     """Each non-Tensor value in a call's arguments by where it is (`lr`, `cfg['lr']`, `args[2][0]`), for messages."""
     try:
@@ -503,6 +509,8 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         self.number_forms: dict[Any, tuple | bool] = {}
         self.out_dtypes: dict[Any, list[DType]] = {}  # per form, its outputs' dtypes when its floats keyed it
         self.specialized: dict[Any, list[Any]] = {}  # per form, the keys its floats' first values recorded under
+        self.data: dict[Any, list[list[Any]]] = {}  # per form, its float tensors with their refcounts when made
+        self.data_lock = threading.Lock()
         self.warned = False
         self.lock = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -524,6 +532,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         self.number_forms.clear()
         self.out_dtypes.clear()
         self.specialized.clear()
+        self.data.clear()
         self.warned = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -538,7 +547,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         if numbers:
             if self.numbers_are_data(form, numbers):
                 device = tensors[0].device if tensors else Device.DEFAULT
-                data = [number_tensor(v, device) for v in numbers]
+                data = self.data_tensors(form, numbers, device)
                 tensors += data
                 args, kwargs = with_numbers((args, kwargs), iter(data))
             else: shape = specialized(shape, numbers)
@@ -600,6 +609,22 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
                            f"the recordings), and return tensors, not values read from them")
         else: done.append(rec)
         return result
+
+    def data_tensors(self, form: Any, numbers: list[Any], device: str) -> list[Tensor]:
+        """0-d float64 tensors holding this call's floats: the last call's, refilled, when nothing but this jit refers
+        to them, their nodes or buffers any more (refcounts as counted when made: a caller's lazy value kept from a
+        recording would read them), else new ones. A new tensor per float per call costs its buffer, node and shape:
+        a replay of x * lr + 1 took 376 us per call with them, 59 us without a float."""
+        with self.data_lock:  # (two threads must not refill the same tensors)
+            kept = self.data.get(form)
+            if kept is not None and all(sys.getrefcount(e[0]) == e[1] and sys.getrefcount(e[0].uop) == e[2] and
+                                        sys.getrefcount(buffer_of(e[0].uop.src[0])) == e[3] for e in kept):
+                for (t, *_), v in zip(kept, numbers, strict=True): fill(buffer_of(t.uop.src[0]), v)
+                return [e[0] for e in kept]
+            self.data[form] = kept = [[number_tensor(v, device), 0, 0, 0] for v in numbers]
+            for e in kept: e[1], e[2], e[3] = sys.getrefcount(e[0]), sys.getrefcount(e[0].uop), \
+                sys.getrefcount(buffer_of(e[0].uop.src[0]))
+            return [e[0] for e in kept]
 
     def numbers_are_data(self, form: Any, numbers: list[Any]) -> bool:
         """Whether this call's float arguments go to fn as data (0-d float64 Tensors its replays feed per call): once

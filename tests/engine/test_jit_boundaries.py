@@ -130,6 +130,22 @@ def test_a_float_fed_as_data_with_a_symbolic_batch_replays_one_recording() -> No
     assert len(f.replays) == 1 and not f.recordings
 
 
+def test_a_lazy_value_kept_from_a_recording_keeps_its_float() -> None:
+    """A float fed as data lives in a buffer the next calls refill when nothing else refers to it; a lazy value the
+    function kept from a recording (x * lr, unrealized) reads that buffer, so the next calls get buffers of their own
+    and the kept value is the one its eager call computed."""
+    kept: list[Tensor] = []
+
+    def keep(x: Tensor, lr: float) -> Tensor:
+        kept.append(x * lr)
+        return x + lr
+    f = jit(keep)
+    x = full((4,), 2.0)
+    for i in range(6): np.testing.assert_array_equal(f(x, 0.5 * (i + 1)).numpy(), (x + 0.5 * (i + 1)).numpy())
+    assert len(kept) == 3  # (the recordings ran Python; replays do not)
+    for i, t in enumerate(kept): np.testing.assert_array_equal(t.numpy(), np.full(4, 2.0 * 0.5 * (i + 1), np.float32))
+
+
 def test_a_float_read_in_python_keys_recordings_and_stays_right() -> None:
     """Where fn reads the float's value in Python (a branch, math on it, returning it), feeding it as data would
     compute otherwise: jit finds the read and goes back to keying recordings by the value, with eager's results."""
