@@ -460,3 +460,20 @@ def test_integer_argument_raises_type_error(kind):
     f = NumericalFunction("counted", lambda x, k: (x * k).sum(), [Arg(3), Arg(3, "int64")])
     with pytest.raises(TypeError, match=f"{kind}: argument 1 of counted is int64; derivatives need floats"):
         getattr(ad, kind)(f, 1)
+
+
+def test_hessian_through_a_gather_has_the_pattern_of_its_reads():
+    """The gradient of x[PERM] * x + sin(x[PICK]) adds by index (a SCATTER_ADD): entry (i, j) of the hessian is
+    nonzero only where i and j meet in one term (j = PERM[i] or i = PERM[j]; i = j in PICK), and the values are
+    torch's."""
+    import torch
+    def energy(x: Tensor) -> Tensor: return (x[Tensor(PERM)] * x).sum() + x[Tensor(PICK)].sin().sum()
+    f = ad.sphessian(NumericalFunction("gathered_energy", energy, [Arg(8)]))
+    x = np.random.default_rng(8).uniform(-1, 1, 8)
+    want = torch.func.hessian(lambda t: (t[torch.tensor(PERM)] * t).sum() + t[torch.tensor(PICK)].sin().sum())(
+        torch.tensor(x)).numpy()
+    pattern = csc_to_dense(np.ones(f.nnz), f.indices, f.indptr, f.shape) > 0
+    expected = np.zeros((8, 8), dtype=bool)
+    expected[np.arange(8), PERM] = expected[PERM, np.arange(8)] = expected[PICK, PICK] = True
+    assert np.array_equal(pattern, expected)
+    assert scaled_error(f.to_dense(f(x)), want) < DENSE_TOL
