@@ -1,7 +1,8 @@
 """Rangeify: turn a kernel's movement ops into index arithmetic over explicit loops. The first codegen stage.
 
 Before: `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value))`, `value` a tensor-level graph (ALU, RESHAPE, PERMUTE,
-        EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS, GATHER) over DEFINE_GLOBALs and CONSTs.
+        EXPAND, PAD, SHRINK, FLIP, REDUCE_AXIS, GATHER) over DEFINE_GLOBALs and CONSTs; or a SCATTER_ADD stored by
+        loops of its own (`store_scatter`).
 After:  `SINK(STORE(INDEX(DEFINE_GLOBAL(0), i), v), ...)`: every output axis is a RANGE, or, for a small axis a PAD
         or ARANGE chooses by (`branching_axes`), unrolled into one STORE per position; a stored concatenation is
         stored piece by piece, each over its own shape (codegen/stores.py), pieces of one size sharing a loop;
