@@ -192,3 +192,50 @@ def test_gradients_leave_the_forward_schedule_alone():
     loss2 = ((x @ w1).relu() @ w2).cross_entropy(y)
     loss2.realize(*loss2.gradient(w1, w2))
     np.testing.assert_array_equal(loss2.numpy(), value)
+
+
+# ---- deep graphs: reverse mode over long chains and recurrences (every walk iterative, kernels cut to a depth) ----
+
+
+def recurrence(h0: np.ndarray, w: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """h <- h * w + 0.001 in float64: the final h, dh/dh0 and dh/dw (forward mode, step by step)."""
+    h, dh0, dw = h0.astype(np.float64), np.ones_like(h0, np.float64), np.zeros_like(h0, np.float64)
+    for _ in range(steps): h, dh0, dw = h * w + 0.001, dh0 * w, dw * w + h
+    return h, dh0, dw
+
+
+def test_gradient_through_a_3000_step_recurrence() -> None:
+    h0, w = np.linspace(1, 2, 16, dtype=np.float32), np.linspace(0.998, 0.999, 16, dtype=np.float32)  # vector lanes
+    start, rate = Tensor(h0, requires_grad=True), Tensor(w)
+    h = start
+    for _ in range(3000): h = h * rate + 0.001
+    h.sum().backward()
+    final, dh0, _ = recurrence(h0, w.astype(np.float64), 3000)
+    np.testing.assert_allclose(h.numpy(), final, rtol=1e-4)
+    np.testing.assert_allclose(start.grad.numpy(), dh0, rtol=1e-4)
+
+
+@pytest.mark.slow  # about 15 s of CPU: forward values the backward pass reads are recomputed from stored ones
+def test_gradient_of_a_5000_step_scalar_recurrence() -> None:
+    # the issue's h = h * w + 0.001: d/dw reads every h, so the backward kernels recompute stretches of the forward
+    w = Tensor(np.float32(0.999), requires_grad=True)
+    h = Tensor(np.float32(1.0))
+    for _ in range(5000): h = h * w + 0.001
+    h.backward()
+    final, _, dw = recurrence(np.array(1.0), np.float64(np.float32(0.999)), 5000)
+    np.testing.assert_allclose(h.numpy(), final, rtol=1e-4)
+    np.testing.assert_allclose(w.grad.numpy(), dw, rtol=1e-4)
+
+
+@pytest.mark.slow  # about 10 s of CPU
+def test_gradient_of_a_chain_of_100000_ops() -> None:
+    x0 = np.array([0.5, 1.0, 2.0], np.float32)
+    x = Tensor(x0, requires_grad=True)
+    y = x
+    for _ in range(50_000): y = y * 1.00001 + 0.001  # two ops a step
+    y.sum().backward()
+    steps = 50_000
+    scale = np.float64(np.float32(1.00001)) ** steps
+    np.testing.assert_allclose(x.grad.numpy(), np.full(3, scale), rtol=1e-3)
+    np.testing.assert_allclose(y.numpy(), x0 * scale + 0.001 * (scale - 1) / (np.float64(np.float32(1.00001)) - 1),
+                               rtol=1e-3)

@@ -485,3 +485,22 @@ def test_arange_and_eye_fuse_into_their_consumer_without_memory():
     (item,) = x.schedule()
     assert len(item.bufs) == 1  # only the output: the index and the identity are computed in the kernel
     np.testing.assert_array_equal(x.numpy(), np.arange(12).reshape(3, 4) * 2 + np.eye(3, 4, dtype=np.int32))
+
+
+# ---- deep graphs: every stage walks them without recursion, and no kernel grows past what a C compiler can take ---
+
+
+def test_a_chain_of_3000_adds_realizes() -> None:
+    # raised RecursionError in codegen/expand.py (the example); now 3 kernels of 1000 adds, compiled once
+    start = np.arange(16, dtype=np.float32)
+    x = Tensor(start)
+    for _ in range(3000): x = x + 1
+    np.testing.assert_array_equal(x.numpy(), start + 3000)
+
+
+@pytest.mark.slow  # about 7 s of CPU (23 s on a loaded 2-core machine)
+def test_a_chain_of_100000_ops_realizes() -> None:
+    start = np.arange(16, dtype=np.float32)
+    x = Tensor(start)
+    for _ in range(100_000): x = x + 1
+    np.testing.assert_array_equal(x.numpy(), start + 100_000)
