@@ -83,9 +83,9 @@ class Graph(NamedTuple):
     constants: tuple[UOp, ...] = ()  # its broadcast constants in the order walked (their values are not in key)
 
 
-# (structure, its constants with None where they vary) -> the template; None: the graph is not one to keep (see
-# make_template)
-templates: dict[tuple[StructureKey, tuple], Template | None] = {}
+# (structure, flags' generation, its constants with None where they vary) -> the template; None: the graph is not
+# one to keep (see make_template)
+templates: dict[tuple[StructureKey, int, tuple], Template | None] = {}
 # per structure: the constants of its first graph, and the positions where a later graph's differed (varying)
 history: dict[StructureKey, tuple[tuple[UOp, ...], set[int]]] = {}
 
@@ -93,7 +93,8 @@ history: dict[StructureKey, tuple[tuple[UOp, ...], set[int]]] = {}
 def structure(outputs: list[UOp], device: str) -> Graph | None:
     """The key of the graph of `outputs` on `device`: each node's op, dtype, arg and sources by their place in the
     walk, a buffer by its number, size and dtype, a node an earlier run stored (kernelize.computed) by the view it
-    is read through, a broadcast constant by its node, and the flags' generation. None for a graph with a FOLD."""
+    is read through, a broadcast constant by its form (its node is in `Graph.constants`). None for a graph with a
+    FOLD."""
     place: dict[UOp, int] = {}
     nodes: list[UOp] = []
     signature: list[tuple] = []
@@ -151,7 +152,7 @@ def structure(outputs: list[UOp], device: str) -> Graph | None:
         place[u] = len(nodes)
         nodes.append(u)
         signature.append(entry)
-    return Graph(StructureKey((device, ContextVar.generation, tuple([place[o] for o in outputs]), tuple(signature))),
+    return Graph(StructureKey((device, tuple([place[o] for o in outputs]), tuple(signature))),
                  nodes, buffers, swapped, bound, tuple(constants))
 
 
@@ -294,7 +295,8 @@ def schedule(outputs: list[UOp], device: str, graph: Graph | None = WALK
     positions = varying(graph)
     fixed = tuple(graph.constants) if not positions else \
         tuple(None if k in positions else c for k, c in enumerate(graph.constants))
-    if (t := templates.get(key := (graph.key, fixed), False)) is not False:
+    # (the flags' generation: kernelize may read flags; not in `history`'s key, as toggling DEBUG does not vary x * c)
+    if (t := templates.get(key := (graph.key, ContextVar.generation, fixed), False)) is not False:
         if t is None: return create_schedule(outputs, device)
         return instantiate(t, with_parameters(graph, positions, device) if positions else graph, outputs)
     if positions:

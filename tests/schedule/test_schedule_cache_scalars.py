@@ -15,6 +15,7 @@ import pytest
 
 import ember.engine.realize as realize
 from ember import Tensor
+from ember.helpers import Context
 from ember.uop.ops import Ops, UOp
 from tests.helpers import use_fresh_cache
 
@@ -40,6 +41,15 @@ def test_a_scalar_that_varies_compiles_twice(made: list[UOp]) -> None:
     for k, c in enumerate([0.37, 0.38, 0.39] + [0.4 + i / 64 for i in range(17)]):
         np.testing.assert_array_equal((x * c).numpy(), xn * np.float32(c))
         if k == 2: assert len(made) == 2, "x * 0.39 ran a kernel made for 0.38"
+    assert len(made) == 2
+
+
+def test_a_scalar_varies_across_flag_changes(made: list[UOp]) -> None:
+    """A flag set around each step (a new ContextVar.generation: schedules are made again) does not hide that the
+    scalar varies: still two programs."""
+    xn = data(16, 16, seed=8)
+    for c in (0.37, 0.38, 0.39, 0.4, 0.41):
+        with Context(DEBUG=0): np.testing.assert_array_equal((Tensor(xn) * c).numpy(), xn * np.float32(c))
     assert len(made) == 2
 
 
