@@ -22,7 +22,7 @@ import numpy as np
 
 from ember.device import Buffer, Device, buffer_of, buffer_uop
 from ember.dtype import DType, dtypes, to_bfloat16_bits, to_dtype, to_numpy
-from ember.engine.realize import run_schedule
+from ember.engine.realize import realize_graph
 from ember.errors import AxisError, DeviceError, DTypeError, EmberError, JitError, ShapeError
 from ember.helpers import ASSIGN_HOOKS, RECORDERS, prod
 from ember.mixin.activation import ActivationMixin
@@ -34,10 +34,8 @@ from ember.mixin.nn import NNMixin
 from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
 from ember.mixin.scan import ScanMixin
-from ember.schedule import cache as schedule_cache
-from ember.schedule.kernelize import computed, is_constant
-from ember.schedule.unbind import rebind, unbind
-from ember.uop.ops import BOUND, Ops, UOp
+from ember.schedule.kernelize import computed
+from ember.uop.ops import Ops, UOp
 from ember.variables import concrete
 
 Scalar = int | float | bool
@@ -468,46 +466,16 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         can pass through keeps its graph for backward(), as reading a torch tensor changes nothing; later schedules
         read its buffer all the same (kernelize.computed)."""
         tensors = (self, *others)
-        uops = [t.uop for t in tensors]
-        graph = schedule_cache.structure(uops, self.device)
-        if graph.bound if graph is not None else BOUND[0] and any(u.bound for u in uops):
-            return self._realize_symbolic(tensors, *unbind(uops))
-        items, views = schedule_cache.schedule(uops, self.device, graph)
-        outputs = {buffer_of(v.src[0]) for t in tensors if (v := views[t.uop]).op is Ops.RESHAPE and
-                   v.src[0].op is Ops.BUFFER} if len(items) > 2 else None  # (fewer share no memory)
-        if (plan := run_schedule(items, outputs)) is None:  # (a constant is cheaper made again than read)
-            computed.update({node: view for node, view in views.items() if node is not view and
-                             not is_constant(node)})
-        else:
-            shared = {id(p.buf) for p in plan.placements}  # buffers that hold other values by now
-            computed.update({node: view for node, view in views.items() if node is not view and not
-                             is_constant(node) and not (view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and
-                              id(buffer_of(view.src[0])) in shared)})
-        # whether a tensor keeps its graph for backward: the walk's nodes show it for a single tensor, where it
-        # swapped no stored node for its view (what lies below that node is unseen); else a walk of its own
+        views, walked = realize_graph([t.uop for t in tensors], self.device)
         leaves = Tensor._leaf_uops() if Tensor._needs_grad and not Tensor.no_grad else None
-        walked = graph.nodes if graph is not None and not graph.stored and not others else None
-        for t, view in [(t, views[t.uop]) for t in tensors]:
+        for t, view in zip(tensors, views, strict=True):
             if leaves is None or id(t) in Tensor._needs_grad or \
                     leaves.isdisjoint(walked if walked is not None else t.uop.toposort()):
                 t.uop = view
         return self
 
-    def _realize_symbolic(self, tensors: tuple[Tensor, ...], uops: list[UOp], values: dict[UOp, int]) -> Tensor:
-        """realize, for graphs whose shapes hold bound variables: scheduled over the variables (unbind), run with
-        their values, each stored view bound again."""
-        items, views = schedule_cache.schedule(uops, self.device)
-        run_schedule(items, None, {var.arg.name: value for var, value in values.items()})
-        leaves = Tensor._leaf_uops() if Tensor._needs_grad and not Tensor.no_grad else None
-        for t, u in zip(tensors, uops, strict=True):
-            view = rebind(views[u], values)
-            if view is not t.uop and not is_constant(t.uop): computed[t.uop] = view
-            if leaves is None or id(t) in Tensor._needs_grad or leaves.isdisjoint(t.uop.toposort()): t.uop = view
-        return self
-
     def _stored(self) -> UOp:
         """Realize self; the view of the buffer holding it (self.uop itself, unless self keeps its graph)."""
-        from ember.schedule.kernelize import computed
         self.realize()
         return computed.get(self.uop, self.uop)
 

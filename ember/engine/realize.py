@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ember.codegen import get_program, kernel_name
 from ember.codegen.opt import Opt
-from ember.device import Buffer, Device, cache_write, discard_damaged, read_cached
+from ember.device import Buffer, Device, buffer_of, cache_write, discard_damaged, read_cached
 from ember.dtype import to_numpy
 from ember.engine.memory import MemoryPlan, plan_memory
 from ember.helpers import (
@@ -37,8 +38,10 @@ from ember.helpers import (
     source_hash,
 )
 from ember.renderer import ProgramSpec, Renderer
-from ember.schedule.kernelize import ExecItem, LoopItem, kernels
-from ember.uop.ops import UOp
+from ember.schedule import cache as schedule_cache
+from ember.schedule.kernelize import ExecItem, LoopItem, computed, is_constant, kernels
+from ember.schedule.unbind import rebind, unbind
+from ember.uop.ops import BOUND, Ops, UOp
 from ember.uop.text import graph_text, value_text
 
 
@@ -194,6 +197,46 @@ def print_schedule(schedule: list[ExecItem | LoopItem], indent: str = "") -> Non
         reads = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[item.outs:]) or "nothing"
         writes = ", ".join(f"{b.dtype.name}[{b.size}]" for b in item.bufs[:item.outs])
         print(f"  {indent}{i:3d} {kernel_name(item.ast):24s} writes {writes} reads {reads}")
+
+
+class Realized(NamedTuple):
+    """What `realize_graph` did: each output's view of the buffer that holds it, and the nodes the schedule's walk
+    saw under a single output when it saw them all (None: it stopped at a stored node, or there were several
+    outputs), so that the caller can tell without a walk of its own what the output was computed from."""
+
+    views: list[UOp]
+    walked: list[UOp] | None
+
+
+def realize_graph(outputs: list[UOp], device: str) -> Realized:
+    """Compute `outputs` (tensor-level graphs) into buffers on `device`: the schedule from the schedule cache, run,
+    its large intermediates in a memory plan; every node computed is entered in `kernelize.computed`, so that a
+    later graph reads its buffer instead of computing it again. This is the engine's one entry for Tensor.realize:
+    the policy (which buffers a plan may share, which values are worth keeping) lives here, not in the Tensor."""
+    graph = schedule_cache.structure(outputs, device)
+    if graph.bound if graph is not None else BOUND[0] and any(u.bound for u in outputs):
+        return realize_symbolic(outputs, device)
+    items, views = schedule_cache.schedule(outputs, device, graph)
+    keep = {buffer_of(v.src[0]) for u in outputs if (v := views[u]).op is Ops.RESHAPE and
+            v.src[0].op is Ops.BUFFER} if len(items) > 2 else None  # (fewer share no memory)
+    plan = run_schedule(items, keep)
+    shared = {id(p.buf) for p in plan.placements} if plan is not None else set()  # buffers holding other values now
+    computed.update({node: view for node, view in views.items() if node is not view and not is_constant(node) and
+                     not (shared and view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and
+                          id(buffer_of(view.src[0])) in shared)})  # (a constant is cheaper made again than read)
+    walked = graph.nodes if graph is not None and not graph.stored and len(outputs) == 1 else None
+    return Realized([views[u] for u in outputs], walked)
+
+
+def realize_symbolic(outputs: list[UOp], device: str) -> Realized:
+    """realize_graph, for graphs whose shapes hold bound variables: scheduled over the variables (unbind), run with
+    their values, each stored view bound again."""
+    unbound, values = unbind(outputs)
+    items, views = schedule_cache.schedule(unbound, device)
+    run_schedule(items, None, {var.arg.name: value for var, value in values.items()})
+    result = [rebind(views[u], values) for u in unbound]
+    computed.update({u: view for u, view in zip(outputs, result, strict=True) if view is not u and not is_constant(u)})
+    return Realized(result, None)
 
 
 PLAN_MIN_BYTES = 1 << 20  # intermediates of a schedule that take this much memory or more share it (memory.py)

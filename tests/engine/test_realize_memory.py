@@ -72,3 +72,24 @@ def test_an_arena_goes_back_to_the_allocator_for_the_next_plan(capsys: pytest.Ca
     finally:
         memory.aligned_arena = real
     assert len(arenas) == 3 and arenas[1].base is arenas[0].base and arenas[2].base is arenas[0].base
+
+
+def test_realize_graph_is_the_engine_entry_that_computes_and_records_outputs() -> None:
+    """Tensor.realize delegates to realize_graph: the outputs' views read numpy's values, each computed node is
+    entered in kernelize.computed (a later graph over it runs one kernel, not two), and with a memory plan a view
+    of a buffer that now holds another value is not entered."""
+    from ember.engine.realize import GlobalCounters, realize_graph
+    from ember.schedule.kernelize import computed
+    x = np.arange(6, dtype=np.float32)
+    a = Tensor(x).realize()
+    u = ((a + 1) * 2).uop
+    views, walked = realize_graph([u], "CPU")
+    assert computed[u] is views[0] and walked is not None and u in walked
+    np.testing.assert_array_equal(Tensor(views[0]).numpy(), (x + 1) * 2)
+    before = GlobalCounters.kernel_count
+    np.testing.assert_array_equal(Tensor(u).exp2().numpy(), np.exp2((x + 1) * 2))
+    assert GlobalCounters.kernel_count - before == 1
+    h, want, layers = chain(4, seed=3)
+    views, walked = realize_graph([h.uop], "CPU")  # intermediates of 512 KB: planned into an arena
+    np.testing.assert_allclose(Tensor(views[0]).numpy(), want, rtol=1e-4, atol=1e-5)
+    assert [layer.uop in computed for layer in layers] == [False, False, False, True]  # the arena's are reused
