@@ -288,7 +288,10 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     realized = {u for u in outputs if not is_buffer_view(u)} | {u for u in order if u.op is Ops.CONTIGUOUS}
     for u in order:  # a loop reads its sources from buffers
         if u.op is Ops.FOLD: realized |= {u} | {s for s in u.src if not is_buffer_view(s)}
-        if u.op is Ops.SCATTER_ADD: realized.add(u)  # stored by loops of its own (codegen/rangeify.store_scatter)
+        if u.op is Ops.SCATTER_ADD:  # stored by loops of its own (codegen/rangeify.store_scatter), which get no opts:
+            realized.add(u)  # a reduction in what it adds (a matmul's gradient) is stored first, by a kernel with opts
+            if not is_buffer_view(u.src[0]) and any(n.op is Ops.REDUCE_AXIS for n in u.src[0].toposort()):
+                realized.add(u.src[0])
     together = scalar_program(outputs, consumers, realized)
     kernel_of = {u: together[0] for u in together}  # a realized node -> the kernel that computes it
     cost, dear = fused_cost(order)
