@@ -93,3 +93,58 @@ def test_realize_graph_is_the_engine_entry_that_computes_and_records_outputs() -
     views, walked = realize_graph([h.uop], "CPU")  # intermediates of 512 KB: planned into an arena
     np.testing.assert_allclose(Tensor(views[0]).numpy(), want, rtol=1e-4, atol=1e-5)
     assert [layer.uop in computed for layer in layers] == [False, False, False, True]  # the arena's are reused
+
+
+def arr(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ---- eager memory plan (Tensor.realize -> realize_graph) -----------------------------------------------------------
+
+N = 1 << 18  # 1 MiB of float32: intermediates this big are planned
+
+
+def test_eager_plan_several_outputs_and_held_intermediates() -> None:
+    for seed in range(2):  # the second round runs from the schedule's template
+        an = arr(N, seed=seed)
+        a = Tensor(an)
+        h1 = (a * 2).contiguous()
+        h2 = (h1 + 1).contiguous()
+        h3 = (h2 * h2).contiguous()
+        out1, out2 = h3.sum(), (h3 - h1).contiguous()
+        out1.realize(out2)
+        np.testing.assert_allclose(out1.numpy(), ((an * 2 + 1) ** 2).sum(), rtol=1e-4)
+        np.testing.assert_allclose(out2.numpy(), (an * 2 + 1) ** 2 - an * 2, rtol=1e-6)
+        np.testing.assert_allclose(h2.numpy(), an * 2 + 1, rtol=1e-6)  # held, shared in the arena: recomputed
+        np.testing.assert_allclose(h1.numpy(), an * 2, rtol=1e-6)
+
+
+def test_eager_plan_with_a_tensor_that_carries_gradient() -> None:
+    an = arr(N, seed=3)
+    w = Tensor(an, requires_grad=True)
+    g1 = (w * 3).contiguous()
+    g2 = (g1.exp() * 0.001).contiguous()
+    loss = (g2 * g1).sum()
+    loss.realize()
+    loss.backward()
+    e = np.exp(an * 3) * 0.001
+    np.testing.assert_allclose(w.grad.numpy(), e * 3 * an * 3 + e * 3, rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(g2.numpy(), e, rtol=1e-4)
+
+
+def test_eager_plan_with_a_loop() -> None:
+    from ember.scan import scan
+    cn, xn = arr(N, seed=4) * 0.1, arr(3, N, seed=5) * 0.1
+
+    def step(c: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        c2 = (c * 0.5 + x).tanh()
+        return c2, c2.sum().reshape(1)
+    c, ys = scan(step, (Tensor(cn) * 1.0).contiguous(), (Tensor(xn) + 0.0).contiguous(), unroll=False)
+    out = ((c * 2).contiguous() + 1).contiguous()
+    out.realize(ys)
+    want, wys = cn.copy(), []
+    for k in range(3):
+        want = np.tanh(want * 0.5 + xn[k])
+        wys.append(want.sum())
+    np.testing.assert_allclose(out.numpy(), want * 2 + 1, atol=1e-5)
+    np.testing.assert_allclose(ys.numpy().ravel(), wys, rtol=1e-3)
