@@ -187,7 +187,8 @@ EXPONENTS = np.array([2.5, 2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -2.0, -2.5])
 def test_pow_gradients_at_a_zero_base_match_torch(base, dtype):
     """d 0**b / db is 0 for b >= 0 (torch's convention) and -inf for b < 0 (0**b falls from +inf)."""
     bases, exps = np.full(EXPONENTS.shape, base, dtype), EXPONENTS.astype(dtype)
-    check(lambda x, y: x ** y, None, [bases, exps], **EXACT)
+    # values against glibc's pow (correctly rounded): torch's AVX2 pow gives 2.0 ** -0.5 one ulp low in float64
+    check(lambda x, y: x ** y, None, [bases, exps], lib="numpy", **EXACT)
     check_grads(lambda x, y: x ** y, None, [bases, exps])
     check_grads(lambda y: base ** y, None, [exps])  # a Python number as the base
 
