@@ -31,9 +31,9 @@ from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.indexing import IndexingMixin
 from ember.mixin.movement import MovementMixin
 from ember.mixin.nn import NNMixin
+from ember.mixin.ordering import OrderingMixin
 from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
-from ember.mixin.scan import ScanMixin
 from ember.schedule.kernelize import computed
 from ember.uop.ops import Ops, UOp
 from ember.variables import concrete
@@ -136,7 +136,7 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
-class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, ScanMixin, NNMixin,
+class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, OrderingMixin, NNMixin,
              CreationMixin, RandomMixin):
     """A lazy n-dimensional array.
 

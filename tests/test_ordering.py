@@ -1,4 +1,4 @@
-"""Tests of ember/mixin/scan.py and the data-dependent movement ops against torch: cumsum, cumprod, cummax, cummin
+"""Tests of ember/mixin/ordering.py and the data-dependent movement ops against torch: cumsum, cumprod, cummax, cummin
 (short axes and the blocked path of axes over 512), sort, argsort, topk, pad in reflect, replicate and circular
 modes, repeat_interleave; their gradients and their errors.
 

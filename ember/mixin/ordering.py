@@ -105,7 +105,7 @@ def _logcumsumexp_last(x: Tensor) -> Tensor:
     return upto.where(x.unsqueeze(-2), -math.inf).logsumexp(-1)
 
 
-class ScanMixin:
+class OrderingMixin:
     """Cumulative reductions and sorting."""
 
     __slots__ = ()
