@@ -31,7 +31,7 @@ from ember.codegen.stores import split_stores
 from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import UNROLL, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
-from ember.uop.symbolic import symbolic
+from ember.uop.symbolic import simplify, symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 from ember.variables import Sint, is_symbolic, max_count
 
@@ -46,6 +46,31 @@ class RangeifyContext:
     axes: itertools.count = field(default_factory=itertools.count)
     loops: dict[tuple[UOp, int], list[UOp]] = field(default_factory=dict)  # per (output, size): the output loops of
     # that size made so far; the stores of one split output (codegen/stores.py) share them, in order
+    simplified: dict[UOp, UOp] = field(default_factory=dict)  # index expression -> its simplified form
+    resolved: dict[UOp, UOp] = field(default_factory=dict)  # tensor-level read -> rangeified (see resolve)
+
+    def simplify(self, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+        """`idx` in the simplifier's form, so that two reads of a node at one position are one INDEX node.
+
+        The rewrite runs bottom-up: a rule pushes an INDEX onto its sources before the index expression under it is
+        simplified. Reads of one position spelled apart (`0 + 1`, `1 - 0`, `(1 + 0) // 1 % 4`) would each rebuild
+        the whole graph below them, and every movement op on the way multiplies the spellings: the jacobian of an
+        N-step RK4 cart-pole (a stack of scalars per stage) rebuilt 6x as many nodes per step. Each expression is
+        made from simplified ones by one step, so simplifying it costs a few rules, once (memoized)."""
+        out = []
+        for i in idx:
+            if (simple := self.simplified.get(i)) is None: simple = self.simplified[i] = simplify(i)
+            out.append(simple)
+        return tuple(out)
+
+    def resolve(self, x: UOp) -> UOp:
+        """Tensor-level `x` rangeified now rather than when the pass reaches it: a gathered position (a value) that
+        becomes an index must be kernel-level arithmetic for the simplifier to see through it. A table computed from
+        an arange then folds to the constant it holds at each unrolled position (a sparse jacobian's recovery), where
+        an unresolved one kept every read of a position apart."""
+        if (done := self.resolved.get(x)) is None:
+            done = self.resolved[x] = graph_rewrite(x, pm_rangeify_symbolic, ctx=self, bottom_up=True)
+        return done
 
     def new_range(self, size: Sint, kind: AxisKind) -> UOp:
         """A RANGE over [0, size), or the constant 0 for an axis of size 1. A symbolic size is a variable."""
@@ -59,6 +84,21 @@ def at(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
 
     Its dtype is the element's, never a pointer: that tells it apart from a kernel-level INDEX(buf, i[, gate])."""
     return UOp(Ops.INDEX, x.dtype.base if isinstance(x.dtype, PtrDType) else x.dtype, (x, valid, *idx))
+
+
+def read(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """`at(x, valid, idx)`, ungated at a constant position inside x's shape.
+
+    A gate keeps a read that its select will drop from leaving its buffer, and tells the offsets below it the
+    narrower ranges of their loops (simplify_gated_index). A constant position inside the node has neither use: it
+    reads inside every buffer below it (a movement op maps it inside its source; a pad or gather below gates its
+    own reads) and has no loop to narrow. Kept, the gate would make the reads of one position under two gates two
+    copies of everything below: a 3-D sparse jacobian's recovery, whose constant positions each piece of a cat
+    along a loop reaches under its own gate, built every entry once per piece."""
+    if valid.op is not Ops.CONST and all(i.op is Ops.CONST and type(s) is int and 0 <= i.arg < s
+                                         for i, s in zip(idx, x.shape, strict=True)):
+        valid = UOp.const(dtypes.bool, True)
+    return at(x, valid, idx)
 
 
 def flat_index(idx: tuple[UOp, ...], shape: tuple[int, ...], dtype: DType) -> UOp:
@@ -119,29 +159,54 @@ def index_alu(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
     return x.replace(src=tuple(at(s, valid, idx) for s in x.src))
 
 
+def moved_position(x: UOp, pos: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Where in its source movement op `x` reads its position `pos` (None: a pad's zero), in plain ints."""
+    src = x.src[0]
+    if x.op is Ops.RESHAPE:
+        flat = sum(i * stride for i, stride in zip(pos, strides_for_shape(x.shape), strict=True))
+        return tuple((flat // stride) % size for size, stride in zip(src.shape, strides_for_shape(src.shape),
+                                                                        strict=True))
+    if x.op is Ops.PERMUTE: return tuple(pos[x.arg.index(axis)] for axis in range(len(pos)))
+    if x.op is Ops.EXPAND: return tuple(0 if s == 1 else i for i, s in zip(pos, src.shape, strict=True))
+    if x.op is Ops.SHRINK: return tuple(i + b for i, (b, _) in zip(pos, x.arg, strict=True))
+    if x.op is Ops.FLIP: return tuple(s - 1 - i if f else i for i, s, f in zip(pos, src.shape, x.arg, strict=True))
+    assert x.op is Ops.PAD
+    moved = tuple(i - b for i, (b, _) in zip(pos, x.arg, strict=True))
+    return moved if all(0 <= i < s for i, s in zip(moved, src.shape, strict=True)) else None
+
+
 def index_movement(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
     """A movement op only changes where in its source a position reads from."""
     src, d = x.src[0], ctx.index_dtype
-    if x.op is Ops.RESHAPE: return at(src, valid, reshape_index(idx, x.shape, src.shape, d))
+    if all(i.op is Ops.CONST for i in idx) and not is_symbolic(x.shape) and not is_symbolic(src.shape) and \
+            all(0 <= i.arg < s for i, s in zip(idx, x.shape, strict=True)):
+        # a position of an unrolled axis: moved as ints, not built as index arithmetic and simplified (most reads
+        # of a scalar model's straight-line code are such positions)
+        moved = moved_position(x, tuple(i.arg for i in idx))
+        if moved is None: return UOp.const(x.dtype, 0)
+        return at(src, UOp.const(dtypes.bool, True), tuple(UOp.const(d, i) for i in moved))
+    if x.op is Ops.RESHAPE: return read(src, valid, ctx.simplify(reshape_index(idx, x.shape, src.shape, d)))
     if x.op is Ops.PERMUTE:
         moved = [idx[x.arg.index(axis)] for axis in range(len(idx))]
-        return at(src, valid, tuple(moved))
+        return read(src, valid, tuple(moved))
     if x.op is Ops.EXPAND:
-        return at(src, valid, tuple(UOp.const(d, 0) if s == 1 else i for i, s in zip(idx, src.shape, strict=True)))
-    if x.op is Ops.SHRINK: return at(src, valid, tuple(i + b for i, (b, _) in zip(idx, x.arg, strict=True)))
+        return read(src, valid, tuple(UOp.const(d, 0) if s == 1 else i for i, s in zip(idx, src.shape, strict=True)))
+    if x.op is Ops.SHRINK:
+        return read(src, valid, ctx.simplify(tuple(i + b if b else i for i, (b, _) in zip(idx, x.arg, strict=True))))
     if x.op is Ops.FLIP:
-        return at(src, valid, tuple((s - 1) - i if f else i for i, s, f in zip(idx, src.shape, x.arg, strict=True)))
+        flipped = tuple((s - 1) - i if f else i for i, s, f in zip(idx, src.shape, x.arg, strict=True))
+        return read(src, valid, ctx.simplify(flipped))
     assert x.op is Ops.PAD
     inside = UOp.const(dtypes.bool, True)
     for i, size, (before, after) in zip(idx, x.shape, x.arg, strict=True):
         if before: inside = inside & (UOp.const(d, before - 1) < i)
         if after: inside = inside & (i < size - after)
-    moved = tuple(i - b for i, (b, _) in zip(idx, x.arg, strict=True))
+    moved = ctx.simplify(tuple(i - b if b else i for i, (b, _) in zip(idx, x.arg, strict=True)))
     # decide now when the bounds of the indices already do: a read that is never inside is never built (a chain
     # of cats would otherwise build every branch of every link before folding them away)
     if not inside.vmax: return UOp.const(x.dtype, 0)
-    if inside.vmin: return at(src, valid, moved)
-    return inside.where(at(src, valid & inside, moved), UOp.const(x.dtype, 0))
+    if inside.vmin: return read(src, valid, moved)
+    return inside.where(read(src, *ctx.simplify((valid & inside,)), moved), UOp.const(x.dtype, 0))
 
 
 def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
@@ -175,9 +240,9 @@ def index_gather(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...])
     src, table, axis = x.src[0], x.src[1], x.arg
     k = len(table.shape)
     d = ctx.index_dtype
-    where = at(table, valid, idx[axis:axis + k]).cast(d)
-    inside = valid & (UOp.const(d, -1) < where) & (where < src.shape[axis])
-    value = at(src, inside, idx[:axis] + (where,) + idx[axis + k:])
+    where, = ctx.simplify((ctx.resolve(at(table, valid, idx[axis:axis + k])).cast(d),))
+    inside, = ctx.simplify((valid & (UOp.const(d, -1) < where) & (where < src.shape[axis]),))
+    value = read(src, inside, idx[:axis] + (where,) + idx[axis + k:])
     return inside.where(value, UOp.const(x.dtype, 0))
 
 

@@ -374,3 +374,77 @@ def test_sort_or_topk_then_a_movement_op_renders_and_matches_torch(name: str, sh
             closed = [u.src[1] for u in lower(rangeify(item.ast)).toposort() if u.op is Ops.END]
             assert len(closed) == len(set(closed)), "a RANGE closed twice"
         np.testing.assert_array_equal(got.numpy(), build(torch.from_numpy(x)).numpy())
+
+
+# ---- one read per node and position: rangeify's work is linear in the graph it reads ---------------------------
+
+
+def rk4_cartpole(z: Tensor, steps: int) -> Tensor:
+    """The issue's model: RK4 steps of a cart-pole whose state is a stack of scalars read back by s[0]-indexing."""
+    def slope(s: Tensor, u: Tensor) -> Tensor:
+        xd, th, thd = s[1], s[2], s[3]
+        st, ct = th.sin(), th.cos()
+        tmp = (u + 0.05 * thd * thd * st) / 1.1
+        thdd = (9.81 * st - ct * tmp) / (0.5 * (4 / 3 - 0.1 * ct * ct / 1.1))
+        return Tensor.stack(xd, tmp - 0.05 * thdd * ct / 1.1, thd, thdd)
+    s, u, h = z[0:4], z[4], 0.05
+    for _ in range(steps):
+        k1 = slope(s, u)
+        k2 = slope(s + h / 2 * k1, u)
+        k3 = slope(s + h / 2 * k2, u)
+        k4 = slope(s + h * k3, u)
+        s = s + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return s
+
+
+def bratu3d_residual(x: Tensor) -> Tensor:
+    """A 7-point Laplacian (zero beyond the edges) plus exp(x) on an n x n x n grid."""
+    n, out = x.shape[0], -6.0 * x + 0.01 * x.exp()
+    for axis in range(3):
+        for pad, cut in (((1, 0), slice(0, n)), ((0, 1), slice(1, n + 1))):
+            pads, cuts = [(0, 0)] * 3, [slice(None)] * 3
+            pads[axis], cuts[axis] = pad, cut
+            out = out + x.pad(tuple(pads))[tuple(cuts)]
+    return out
+
+
+def tensor_level_reads(fn: Callable[[], list[UOp]]) -> tuple[list[UOp], int]:
+    """The tensor-level INDEX nodes (a node read at a position) that rangeify rewrote for the kernels `fn` gives,
+    and how many rules fired in all."""
+    from ember.uop import upat
+    asts = fn()
+    with Context(TRACK_REWRITES=1, UNROLL=64):
+        upat.rewrite_log.clear()
+        for ast in asts: rangeify(ast)
+        events, upat.rewrite_log[:] = list(upat.rewrite_log), []
+    return [e.before for e in events if e.before.op is Ops.INDEX and not isinstance(e.before.dtype, PtrDType)], \
+        len(events)
+
+
+def jacobian_kernels(fn: Callable[..., Tensor], shape: tuple[int, ...], sparse: bool = False) -> list[UOp]:
+    import ember.ad as ad
+    from ember.export import Arg, NumericalFunction
+    f = (ad.spjacobian if sparse else ad.jacobian)(NumericalFunction("f", fn, [Arg(shape)]))
+    return [item.ast for item in f.plan.items]
+
+
+@pytest.mark.parametrize("build", [lambda: jacobian_kernels(lambda z: rk4_cartpole(z, 2), (5,)),
+                                   lambda: jacobian_kernels(bratu3d_residual, (3, 3, 3), sparse=True)],
+                         ids=["cartpole_jacobian", "bratu3d_sparse_jacobian"])
+def test_a_node_is_read_once_per_position(build: Callable[[], list[UOp]]):
+    """Reads of one node at one position are one INDEX node, so everything below it is rangeified once. A position
+    spelled apart (`0 + 1` beside `1`: index arithmetic pushed down before it was simplified) or read under two gates
+    (a constant position that several pieces of a cat along a loop reach) rebuilt the graph below per spelling and
+    per gate: the cart-pole jacobian grew 6-9x per RK4 step, the 3-D Bratu recovery read each entry 4x over."""
+    reads = set(tensor_level_reads(build)[0])
+    positions = {(u.src[0], tuple(simplify(i) for i in u.src[2:])) for u in reads}
+    assert len(reads) == len(positions), f"{len(reads)} reads of {len(positions)} (node, position) pairs"
+
+
+def test_rangeify_work_grows_linearly_with_rk4_steps():
+    """The rules fired rangeifying the cart-pole jacobian grow with the traced graph: 1.8x from one step to two
+    (9.3x before reads of one position were shared)."""
+    kernels = [jacobian_kernels(lambda z, n=n: rk4_cartpole(z, n), (5,)) for n in (1, 2)]
+    work = [tensor_level_reads(lambda asts=asts: asts)[1] for asts in kernels]
+    graph = [sum(len(ast.toposort()) for ast in asts) for asts in kernels]
+    assert work[1] / work[0] <= 1.25 * graph[1] / graph[0], (work, graph)
