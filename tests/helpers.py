@@ -163,3 +163,17 @@ def scaled_sums(c: float) -> tuple[Tensor, np.ndarray]:
     have the same name (the same symbol)."""
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     return (Tensor(x) * c).sum(1), (x * np.float32(c)).sum(1)
+
+
+def match_torch_gradient(ours: Callable[..., Tensor], theirs: Callable[..., torch.Tensor], *arrays: np.ndarray) -> None:
+    """In float64, the gradient of a random linear function of the output, for every input, equals torch's."""
+    inputs = [np.asarray(a, dtype=np.float64) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in inputs]
+    want = theirs(*ts)
+    cotangent = np.random.default_rng(7).normal(size=tuple(want.shape))
+    (want * torch.from_numpy(cotangent)).sum().backward()
+    es = [Tensor(a) for a in inputs]
+    grads = (ours(*es) * Tensor(cotangent)).sum().gradient(*es)
+    for i, (g, t) in enumerate(zip(grads, ts)):
+        want_grad = np.zeros(t.shape) if t.grad is None else t.grad.numpy()  # None: the output does not use it
+        np.testing.assert_allclose(g.numpy(), want_grad, rtol=1e-10, atol=1e-12, err_msg=f"gradient of input {i}")

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from ember import Tensor
-from tests.helpers import TOL, check, sample
+from ember.errors import DTypeError
+from tests.helpers import TOL, check, match_torch_gradient, sample
 
 EXACT = {"rtol": 0, "atol": 0}
 FLOATS = ["float32", "float64"]
@@ -408,3 +409,106 @@ def test_a_python_int_past_64_bits_raises_overflow_like_torch(name, op, dtype, v
 def test_a_python_int_within_64_bits_wraps_like_torch(value):
     check(lambda t: t + value, None, [np.array([1, -5], np.int64)], **EXACT)
     check(lambda t: t * value, None, [np.array([3, 1], np.int32)], **EXACT)
+
+
+# ---- named bitwise ops, shifts, mod, copysign, softsign, isclose ---------------------------------------------------
+NAN, INF = float("nan"), float("inf")
+
+
+
+SIGNED = np.array([-7, -3, -1, 0, 1, 2, 5, 100], dtype=np.int32)
+SHIFTS = np.array([0, 1, 2, 3, 4, 5, 30, 1], dtype=np.int32)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("name, oracle", [("bitwise_and", torch.bitwise_and), ("bitwise_or", torch.bitwise_or),
+                                          ("bitwise_xor", torch.bitwise_xor)])
+def test_named_bitwise_ops_match_torch(name, oracle, dtype):
+    a, b = sample((4, 5), dtype, 0, 50, seed=1), sample((5,), dtype, 0, 50, seed=2)
+    check(lambda x, y: getattr(x, name)(y), oracle, [a, b])
+    check(lambda x, y: getattr(y, name)(x, reverse=True), oracle, [a, b])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8", "bool"])
+def test_bitwise_not_matches_torch(dtype):
+    check(lambda x: x.bitwise_not(), torch.bitwise_not, [sample((9,), dtype, -100, 100)])
+
+
+@pytest.mark.parametrize("name, oracle", [("lshift", torch.bitwise_left_shift),
+                                          ("rshift", torch.bitwise_right_shift)])
+def test_shifts_match_torch(name, oracle):
+    check(lambda x, n: getattr(x, name)(n), oracle, [SIGNED, SHIFTS])
+    check(lambda x, n: getattr(n, name)(x, reverse=True), oracle, [SIGNED, SHIFTS])
+    check(lambda x: getattr(x, name)(2), lambda x: oracle(x, 2), [np.array([1, 3, 31, 200], np.uint8)])
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift"])
+def test_bitwise_ops_reject_floats(name):
+    with pytest.raises(DTypeError, match=f"{name}: bitwise ops need bool or integer tensors, got float32"):
+        getattr(Tensor([1.0]), name)(1)
+    with pytest.raises(DTypeError, match="bitwise_not: needs a bool or integer tensor, got float32"):
+        Tensor([1.0]).bitwise_not()
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "float64"])
+def test_mod_is_torch_remainder(dtype):
+    a = np.array([-7, 7, -7, 7, 5, -5, 0, 3], dtype=dtype)
+    b = np.array([3, 3, -3, -3, 5, 2, 4, -2], dtype=dtype)
+    if dtype != "int32": a, b = a + 0.25, b * 1.5
+    check(lambda x, y: x.mod(y), torch.remainder, [a, b])
+    check(lambda x, y: y.mod(x, reverse=True), torch.remainder, [a, b])
+    check(lambda x: x.mod(3), lambda x: torch.remainder(x, 3), [a])
+
+
+COPYSIGN_A = np.array([-3.0, -0.0, 0.0, 2.0, NAN, INF, 1.5, -INF], dtype=np.float32)
+COPYSIGN_B = np.array([1.0, -1.0, -0.0, -NAN, -2.0, -0.0, NAN, 0.0], dtype=np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_copysign_takes_the_sign_bit_as_torch(dtype):
+    got = check(lambda x, y: x.copysign(y), torch.copysign, [COPYSIGN_A.astype(dtype), COPYSIGN_B.astype(dtype)])
+    want = torch.copysign(torch.from_numpy(COPYSIGN_A.astype(dtype)), torch.from_numpy(COPYSIGN_B.astype(dtype)))
+    np.testing.assert_array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(want.numpy()[~np.isnan(got)]))
+
+
+def test_copysign_of_integers_and_scalars_is_float_as_torch():
+    check(lambda x, y: x.copysign(y), torch.copysign, [SIGNED, SIGNED[::-1].copy()])
+    check(lambda x: x.copysign(-1), lambda x: torch.copysign(x, torch.tensor(-1.0)), [SIGNED])
+
+
+def test_copysign_gradient_matches_torch():
+    a = np.array([-3.0, 2.0, 1.5, -0.5])
+    match_torch_gradient(lambda x: x.copysign(Tensor([1.0, -1.0, -2.0, 3.0], dtype="float64")),
+                   lambda x: torch.copysign(x, torch.tensor([1.0, -1.0, -2.0, 3.0], dtype=torch.float64)), a)
+
+
+def test_softsign_matches_torch_with_its_gradient():
+    x = sample((4, 6), "float64", -10, 10)
+    check(lambda t: t.softsign(), F.softsign, [x.astype(np.float32)])
+    check(lambda t: t.softsign(), lambda t: F.softsign(t.float()), [SIGNED])
+    match_torch_gradient(lambda t: t.softsign(), F.softsign, x)
+
+
+ISCLOSE_A = np.array([1e-7, 1e-8, 1e-9, NAN, INF, INF, 1.0, 100.0, -INF, NAN, 1.0, 0.0], dtype=np.float32)
+ISCLOSE_B = np.array([0.0, 0.0, 0.0, NAN, INF, -INF, INF, 100.001, -INF, 1.0, 1.1, -0.0], dtype=np.float32)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"equal_nan": True}, {"rtol": 0.2}, {"atol": 0.1, "rtol": 0.0},
+                                    {"rtol": 0.0, "atol": 0.0}])
+def test_isclose_matches_torch(kwargs):
+    check(lambda x, y: x.isclose(y, **kwargs), lambda x, y: torch.isclose(x, y, **kwargs), [ISCLOSE_A, ISCLOSE_B])
+    check(lambda x, y: x.isclose(y, **kwargs), lambda x, y: torch.isclose(x, y, **kwargs),
+          [ISCLOSE_A.astype(np.float64), ISCLOSE_B[::-1].astype(np.float64)])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_isclose_of_integers_and_bools_matches_torch(dtype):
+    a, b = sample((10,), dtype, -5, 5, seed=3), sample((10,), dtype, -5, 5, seed=4)
+    check(lambda x, y: x.isclose(y, rtol=0.5), lambda x, y: torch.isclose(x, y, rtol=0.5), [a, b])
+
+
+def test_isclose_broadcasts_a_scalar_and_rejects_negative_tolerances():
+    check(lambda x: x.isclose(1.0, atol=0.01), lambda x: torch.isclose(x, torch.tensor(1.0), atol=0.01),
+          [np.array([0.995, 1.0, 1.02], np.float32)])
+    with pytest.raises(ValueError, match="isclose: rtol and atol must be >= 0, got rtol=-1"):
+        Tensor([1.0]).isclose(Tensor([1.0]), rtol=-1)

@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ember import Tensor
-from ember.errors import ShapeError
-from tests.helpers import dtype_name
+from ember import Tensor, dtypes
+from ember.errors import DTypeError, ShapeError
+from tests.helpers import REDUCE_TOL, check, dtype_name, match_torch_gradient, sample
 
 F32 = {"rtol": 1e-5, "atol": 1e-6}  # float32 forward: torch and ember sum in different orders
 F64 = {"rtol": 1e-10, "atol": 1e-12}  # float64 gradients
@@ -561,3 +561,101 @@ def test_losses_reject_a_class_index_out_of_range(op, target, kwargs, match):
 def test_cross_entropy_skips_an_ignore_index_outside_the_classes():
     match_torch(lambda x, t: x.cross_entropy(t, ignore_index=7), lambda x, t: F.cross_entropy(x, t, ignore_index=7),
                 [LOGITS[:3], np.array([0, 7, 4])], diff=[0])
+
+
+# ---- linear, sequential, binary and sparse categorical crossentropy ------------------------------------------------
+
+
+LINEAR_CASES = [  # (x shape, weight shape, ours, torch's): torch's F.linear takes weight (out, in), so it gets w.T
+    ((4, 3), (3, 5), lambda x, w, b: x.linear(w, b), lambda x, w, b: F.linear(x, w.T, b)),
+    ((2, 4, 3), (3, 5), lambda x, w, b: x.linear(w), lambda x, w, b: F.linear(x, w.T)),
+    ((3,), (3, 2), lambda x, w, b: x.linear(w, b), lambda x, w, b: F.linear(x, w.T, b)),
+    ((4, 3), (3,), lambda x, w, b: x.linear(w, b), lambda x, w, b: x * w + b),  # a 1-d weight scales elementwise
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, ours, theirs", LINEAR_CASES)
+def test_linear_is_x_at_weight_plus_bias_with_weight_in_by_out(x_shape, w_shape, ours, theirs):
+    x, w, b = sample(x_shape, "float64", seed=1), sample(w_shape, "float64", seed=2), sample(w_shape[-1:], "float64")
+    check(ours, theirs, [x, w, b], **REDUCE_TOL)
+    match_torch_gradient(ours, theirs, x, w, b)
+
+
+def test_linear_casts_to_dtype_and_rejects_mismatched_shapes():
+    out = Tensor([[1, 2], [3, 4]]).linear(Tensor([[1, 2], [3, 4]]), Tensor([1, 2]), dtype="float32")
+    assert out.dtype is dtypes.float32 and out.tolist() == [[8.0, 12.0], [16.0, 24.0]]
+    with pytest.raises(ShapeError, match="matmul: inner dimensions differ"):
+        Tensor.zeros(4, 3).linear(Tensor.zeros(4, 3))
+
+
+def test_sequential_applies_the_callables_in_order():
+    assert Tensor([1, 2, 3]).sequential([lambda x: x * 2, lambda x: x + 1]).tolist() == [3, 5, 7]
+    assert Tensor([1, 2, 3]).sequential([lambda x: x + 1, lambda x: x * 2]).tolist() == [4, 6, 8]
+    assert Tensor([1, 2]).sequential([]).tolist() == [1, 2]
+
+
+PROBS = np.array([0.1, 0.9, 0.2, 0.0, 1.0, 0.5], dtype=np.float32)
+BINARY = np.array([0.0, 1.0, 0.0, 1.0, 0.0, 0.3], dtype=np.float32)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_binary_crossentropy_is_torchs_bce(reduction):
+    """p = 0 with y = 1 (and p = 1 with y = 0) give torch's clamped 100, not tinygrad's NaN."""
+    check(lambda p, y: p.binary_crossentropy(y, reduction), lambda p, y: F.binary_cross_entropy(p, y,
+                                                                                                reduction=reduction),
+          [PROBS, BINARY], **REDUCE_TOL)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("has_pos_weight", [False, True])
+def test_binary_crossentropy_logits_is_torchs_bce_with_logits(reduction, has_pos_weight):
+    logits = np.array([[-1.0, 2.0, -3.0], [50.0, -50.0, 0.0]], np.float32)
+    y = np.array([[0.0, 1.0, 0.0], [0.0, 1.0, 0.5]], np.float32)
+    pw = np.array([2.0, 0.5, 3.0], np.float32)
+    check(lambda x, y, w: x.binary_crossentropy_logits(y, reduction, pos_weight=w if has_pos_weight else None),
+          lambda x, y, w: F.binary_cross_entropy_with_logits(x, y, reduction=reduction,
+                                                             pos_weight=w if has_pos_weight else None),
+          [logits, y, pw], **REDUCE_TOL)
+
+
+def torch_sparse_ce(ignore_index: int, label_smoothing: float, reduction: str) -> Callable[..., torch.Tensor]:
+    """torch's cross_entropy with the classes moved from the last axis to axis 1."""
+    def oracle(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x = x.movedim(-1, 1) if x.ndim > 2 else x
+        return F.cross_entropy(x, y.long(), ignore_index=ignore_index, label_smoothing=label_smoothing,
+                               reduction=reduction)
+    return oracle
+
+
+SPARSE_CASES = [((5, 4), [1, 2, -1, 0, 3], -1, 0.0, "mean"), ((5, 4), [1, 2, -1, 0, 3], -1, 0.1, "mean"),
+                ((5, 4), [1, 2, 3, 0, 3], 3, 0.2, "sum"), ((5, 4), [1, 2, -1, 0, 3], -1, 0.0, "none"),
+                ((2, 3, 4), [[0, 1, 2], [3, -1, 0]], -1, 0.3, "mean"), ((4,), 2, -1, 0.0, "mean")]
+
+
+@pytest.mark.parametrize("shape, labels, ignore_index, smoothing, reduction", SPARSE_CASES)
+def test_sparse_categorical_crossentropy_is_torchs_cross_entropy_with_classes_last(shape, labels, ignore_index,
+                                                                                  smoothing, reduction):
+    x, y = sample(shape, "float32"), np.array(labels, np.int32)
+    check(lambda x, y: x.sparse_categorical_crossentropy(y, ignore_index, smoothing, reduction),
+          torch_sparse_ce(ignore_index, smoothing, reduction), [x, y], **REDUCE_TOL)
+
+
+def test_sparse_categorical_crossentropy_gradient_matches_torch():
+    labels = [1, 2, -1, 0]
+    match_torch_gradient(lambda x: x.sparse_categorical_crossentropy(Tensor(labels), label_smoothing=0.1),
+                   lambda x: torch_sparse_ce(-1, 0.1, "mean")(x, torch.tensor(labels)), sample((4, 3), "float64"))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda x: x.sparse_categorical_crossentropy(Tensor([0, 1]), label_smoothing=1.5), ValueError,
+     r"sparse_categorical_crossentropy: label_smoothing must be in \[0, 1\], got 1.5"),
+    (lambda x: x.sparse_categorical_crossentropy(Tensor([0.0, 1.0])), DTypeError,
+     "sparse_categorical_crossentropy: labels must be integers, got float32"),
+    (lambda x: x.sparse_categorical_crossentropy(Tensor([0, 7])), IndexError, "target 7 is out of bounds for 3"),
+    (lambda x: x.sparse_categorical_crossentropy(Tensor([0, 1]), reduction="avg"), ValueError,
+     "reduction must be 'mean', 'sum' or 'none'"),
+    (lambda x: x.binary_crossentropy(Tensor.zeros(2, 3), reduction="avg"), ValueError,
+     "binary_cross_entropy: reduction must be"),
+])
+def test_losses_reject_bad_arguments(call, error, match):
+    with pytest.raises(error, match=match): call(Tensor.zeros(2, 3))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ember import Tensor, dtypes
-from ember.errors import DTypeError
+from ember.errors import DTypeError, ShapeError
 from ember.mixin.random import PARITY, ROTATIONS, threefry2x32
 
 # Random123's known-answer vectors for threefry2x32, 20 rounds: (counter, key, result)
@@ -143,3 +143,61 @@ def test_initializers_have_torchs_bounds_and_spread(shape):
 def test_initializers_reject_shapes_without_fans():
     with pytest.raises(ValueError, match="kaiming_uniform"):
         Tensor.kaiming_uniform(5)
+
+
+# ---- random constructors: rand_like, randn_like, randperm, scaled_uniform ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [None, "float64", "float16"])
+def test_rand_like_and_randn_like_take_the_shape_and_dtype_of_self(dtype):
+    base = Tensor.zeros(3, 50, dtype="float32")
+    u, n = base.rand_like(dtype=dtype), base.randn_like(dtype=dtype)
+    want = dtypes.float32 if dtype is None else getattr(dtypes, dtype)
+    assert u.shape == n.shape == (3, 50) and u.dtype is want and n.dtype is want
+    values = u.numpy().astype(np.float64)
+    assert values.min() >= 0 and values.max() < 1
+    assert abs(n.numpy().astype(np.float64).mean()) < 0.3 and 0.7 < n.numpy().astype(np.float64).std() < 1.3
+
+
+@pytest.mark.parametrize("make", [lambda: Tensor.ones(4, 5).rand_like(), lambda: Tensor.ones(4, 5).randn_like(),
+                                  lambda: Tensor.randperm(20), lambda: Tensor.scaled_uniform(4, 5)],
+                         ids=["rand_like", "randn_like", "randperm", "scaled_uniform"])
+def test_random_additions_repeat_under_manual_seed(make):
+    Tensor.manual_seed(11)
+    first = make().numpy()
+    Tensor.manual_seed(11)
+    np.testing.assert_array_equal(make().numpy(), first)
+    Tensor.manual_seed(12)
+    assert not np.array_equal(make().numpy(), first)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300])
+def test_randperm_is_a_permutation_of_0_to_n(n):
+    Tensor.manual_seed(5)
+    p = Tensor.randperm(n)
+    assert p.dtype is dtypes.int32 and p.shape == (n,)
+    np.testing.assert_array_equal(np.sort(p.numpy()), np.arange(n))
+
+
+def test_randperm_takes_a_dtype_and_mixes():
+    Tensor.manual_seed(6)
+    p = Tensor.randperm(50, dtype="int64")
+    assert p.dtype is dtypes.int64 and not np.array_equal(p.numpy(), np.arange(50))
+
+
+def test_scaled_uniform_is_bounded_by_the_inverse_sqrt_of_numel():
+    Tensor.manual_seed(8)
+    x = Tensor.scaled_uniform(16, 25).numpy()
+    assert x.shape == (16, 25) and x.dtype == np.float32
+    assert np.abs(x).max() <= 20 ** -1 and np.abs(x).max() > 0.8 * 20 ** -1 and x.min() < 0 < x.max()
+    assert Tensor.scaled_uniform(0, 3).shape == (0, 3)
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: Tensor.randperm(-1), ValueError, "randperm: n must be a non-negative int"),
+    (lambda: Tensor([1, 2]).rand_like(), DTypeError, "rand_like: needs a float dtype, got int32"),
+    (lambda: Tensor([1, 2]).randn_like(), DTypeError, "randn_like: needs a float dtype, got int32"),
+    (lambda: Tensor.scaled_uniform(2, -1), ShapeError, "scaled_uniform: shape sizes must be non-negative"),
+])
+def test_random_additions_reject_bad_arguments(make, error, match):
+    with pytest.raises(error, match=match): make()

@@ -6,6 +6,7 @@ import torch
 
 from ember import Tensor
 from ember.errors import ShapeError
+from tests.helpers import REDUCE_TOL, check, match_torch_gradient, sample
 
 RNG = np.random.default_rng(11)
 A = RNG.standard_normal((5, 7)).astype(np.float32)
@@ -115,3 +116,56 @@ def test_einsum_matches_torch_with_gradients(case):
 def test_einsum_errors_name_the_problem(formula, shapes, fragment):
     with pytest.raises(ShapeError, match=fragment):
         Tensor.einsum(formula, *[Tensor.ones(*s) for s in shapes])
+
+
+# ---- var_mean, std_mean, logcumsumexp ------------------------------------------------------------------------------
+NAN, INF = float("nan"), float("inf")
+
+
+
+
+@pytest.mark.parametrize("axis, keepdim, correction", [(None, False, 1), (0, False, 1), (1, True, 0),
+                                                       ((0, 2), False, 2), (-1, True, 1)])
+@pytest.mark.parametrize("name", ["var_mean", "std_mean"])
+def test_var_mean_and_std_mean_match_torch(name, axis, keepdim, correction):
+    x = sample((3, 4, 5), "float32")
+    for part in (0, 1):
+        check(lambda t, part=part: getattr(t, name)(axis, keepdim, correction)[part],
+              lambda t, part=part: getattr(torch, name)(t, dim=axis, keepdim=keepdim, correction=correction)[part],
+              [x], **REDUCE_TOL)
+
+
+def test_var_mean_gradient_matches_torch():
+    match_torch_gradient(lambda t: (lambda v, m: v * 2 + m)(*t.var_mean(1)),
+                   lambda t: (lambda v, m: v * 2 + m)(*torch.var_mean(t, dim=1)), sample((3, 5), "float64"))
+
+
+LOGCUMSUMEXP_X = sample((3, 7), "float32", -40, 40)
+LOGCUMSUMEXP_X[0, 0], LOGCUMSUMEXP_X[1, 3], LOGCUMSUMEXP_X[2, 6] = -1000.0, -INF, INF
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_logcumsumexp_matches_torch_far_below_the_row_maximum(axis):
+    check(lambda t: t.logcumsumexp(axis), lambda t: torch.logcumsumexp(t, axis), [LOGCUMSUMEXP_X], **REDUCE_TOL)
+
+
+def test_logcumsumexp_of_a_long_axis_is_split_into_blocks_and_matches_torch():
+    x = sample((2, 1500), "float64", -30, 30, seed=5)
+    x[:, 0] = -500.0
+    got = check(lambda t: t.logcumsumexp(1), lambda t: torch.logcumsumexp(t, 1), [x], rtol=1e-12, atol=1e-12)
+    assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("shape, axis", [((), 0), ((5,), 0), ((2, 3, 4), 1)])
+def test_logcumsumexp_shapes_and_integers_match_torch(shape, axis):
+    check(lambda t: t.logcumsumexp(axis), lambda t: torch.logcumsumexp(t, axis), [sample(shape, "float64")])
+    check(lambda t: t.logcumsumexp(axis), lambda t: torch.logcumsumexp(t.float(), axis),
+          [sample(shape, "int32")], **REDUCE_TOL)
+
+
+def test_logcumsumexp_gradient_matches_torch():
+    match_torch_gradient(lambda t: t.logcumsumexp(1), lambda t: torch.logcumsumexp(t, 1), sample((3, 6), "float64"))
+
+
+def test_logcumsumexp_rejects_a_bad_axis():
+    with pytest.raises(ShapeError, match="logcumsumexp: axis 2 is out of range"): Tensor.zeros(2, 3).logcumsumexp(2)

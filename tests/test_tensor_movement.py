@@ -6,13 +6,16 @@ values, shape and dtype through tests.helpers.check.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own spelling)
 
 from ember import Tensor
-from tests.helpers import REDUCE_TOL, check, sample
+from ember.errors import ShapeError
+from tests.helpers import REDUCE_TOL, check, match_torch_gradient, sample
 
 
 def arange(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
@@ -222,3 +225,76 @@ def test_flip_of_a_permuted_view_read_again_through_a_reshape():
     a = np.arange(100.0)
     got = Tensor(a).reshape(5, 10, 2).permute(1, 0, 2).reshape(10, 10).reshape(10, 5, 2).flip(1).reshape(100)
     np.testing.assert_array_equal(got.numpy(), a.reshape(5, 10, 2).transpose(1, 0, 2)[:, ::-1].reshape(100))
+
+
+# ---- unflatten, unfold, meshgrid against torch ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, dim, sizes", [
+    ((3, 4, 1), 1, (2, 2)), ((3, 4, 1), 1, (-1, 2)), ((5, 12, 3), -2, (2, 2, 3, 1, 1)), ((6,), 0, (6,)),
+    ((2, 0), 1, (2, -1)), ((4, 6), -1, (3, 1, 2)),
+])
+def test_unflatten_matches_torch(shape, dim, sizes):
+    check(lambda x: x.unflatten(dim, sizes), None, [sample(shape, "float32")])
+
+
+@pytest.mark.parametrize("shape, dim, sizes, match", [
+    ((3, 4), 1, (3, 2), r"unflatten: sizes \(3, 2\) do not multiply to 4, the size of axis 1 of \(3, 4\)"),
+    ((3, 4), 1, (-1, 3), r"sizes \(-1, 3\) do not multiply to 4"),
+    ((3, 4), 1, (-1, -1), "at most one -1"),
+    ((3, 4), 1, (), "non-empty"),
+    ((3, 4), 2, (2, 2), "unflatten: axis 2 is out of range"),
+    ((), 0, (1,), "unflatten: a 0-d tensor has no axis"),
+])
+def test_unflatten_rejects_sizes_that_do_not_fit(shape, dim, sizes, match):
+    with pytest.raises(ShapeError, match=match): Tensor.zeros(*shape).unflatten(dim, sizes)
+
+
+def torch_unfold(dim: int, size: int, step: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """torch's unfold: `dim` becomes the window count, the window axis goes last."""
+    return lambda x: x.unfold(dim, size, step)
+
+
+UNFOLD_CASES = [((8,), 0, 2, 2), ((8,), 0, 3, 1), ((3, 3, 3), -1, 2, 3), ((2, 12), 1, 3, 2), ((2, 12), 1, 12, 1),
+                ((5, 4), 0, 2, 3), ((2, 3, 4), 1, 1, 1), ((2, 7), 1, 0, 2)]
+
+
+@pytest.mark.parametrize("shape, dim, size, step", UNFOLD_CASES)
+def test_unfold_matches_torch_with_the_window_axis_last(shape, dim, size, step):
+    out = check(lambda x: x.unfold(dim, size, step), torch_unfold(dim, size, step), [sample(shape, "int32")])
+    d = dim % len(shape)
+    assert out.shape == shape[:d] + ((shape[d] - size) // step + 1,) + shape[d + 1:] + (size,)
+
+
+def test_unfold_gradient_matches_torch():
+    match_torch_gradient(lambda x: x.unfold(1, 3, 2), torch_unfold(1, 3, 2), sample((2, 9, 3), "float64"))
+
+
+@pytest.mark.parametrize("shape, dim, size, step, match", [
+    ((8,), 0, 9, 1, r"unfold: size 9 is larger than axis 0 of \(8,\) \(8\)"),
+    ((8,), 0, 2, 0, "unfold: size must be >= 0 and step > 0, got size=2, step=0"),
+    ((8,), 0, -1, 1, "size=-1"),
+    ((8,), 1, 2, 1, "unfold: axis 1 is out of range"),
+    ((), 0, 1, 1, "unfold: a 0-d tensor has no axis"),
+])
+def test_unfold_rejects_bad_windows(shape, dim, size, step, match):
+    with pytest.raises(ShapeError, match=match): Tensor.zeros(*shape).unfold(dim, size, step)
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+@pytest.mark.parametrize("shapes", [[(3,), (2,)], [(3,), (2,), (4,)], [(3,)], [(), (2,)], [(0,), (2,)]])
+def test_meshgrid_matches_torch(shapes, indexing):
+    arrays = [sample(s, "int32", seed=i) for i, s in enumerate(shapes)]
+    got = Tensor(arrays[0]).meshgrid(*(Tensor(a) for a in arrays[1:]), indexing=indexing)
+    want = torch.meshgrid(*(torch.from_numpy(a) for a in arrays), indexing=indexing)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == tuple(w.shape) and g.dtype.name == "int32"
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_meshgrid_rejects_bad_indexing_and_2d_tensors():
+    with pytest.raises(ValueError, match="meshgrid: indexing must be 'ij' or 'xy', got 'ji'"):
+        Tensor([1]).meshgrid(Tensor([2]), indexing="ji")
+    with pytest.raises(ShapeError, match=r"meshgrid: tensors must be 0-d or 1-d, got \(2, 2\) at position 1"):
+        Tensor([1]).meshgrid(Tensor.zeros(2, 2))

@@ -504,3 +504,27 @@ def test_a_chain_of_100000_ops_realizes() -> None:
     x = Tensor(start)
     for _ in range(100_000): x = x + 1
     np.testing.assert_array_equal(x.numpy(), start + 100_000)
+
+
+# ---- nbytes, is_floating_point, clone ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "uint8",
+                                   "bool"])
+def test_nbytes_and_is_floating_point_match_torch(dtype):
+    t = Tensor.zeros(3, 5, dtype=dtype)
+    want = torch.zeros(3, 5, dtype=getattr(torch, dtype))
+    assert t.nbytes() == want.nbytes == 15 * want.element_size()
+    assert t.is_floating_point() is want.is_floating_point()
+    assert Tensor.zeros(0, 4, dtype=dtype).nbytes() == 0
+
+
+def test_clone_copies_into_its_own_buffer_and_passes_gradients():
+    a = Tensor([1.0, 2.0, 3.0]).realize()
+    b = a.clone().realize()
+    assert b.tolist() == [1.0, 2.0, 3.0] and b._buffer() is not a._buffer()
+    a.assign(Tensor([9.0, 9.0, 9.0])).realize()
+    assert b.tolist() == [1.0, 2.0, 3.0]
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    assert (x.clone() * x).sum().gradient(x)[0].tolist() == [2.0, 4.0]
+    assert Tensor([1, 2]).clone(device=a.device).tolist() == [1, 2]
