@@ -17,6 +17,8 @@ eval BatchNorm's scale in a convolution's epilogue, attention's softmax weights 
 value that is broadcast (a convolution's window over a padded input) is stored padded, so that its reader needs no
 gate per element: gates that differ from lane to lane make vector loads into gathers.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
+A chain deeper than CUT_EVERY ALU ops is stored at each multiple of that depth (cut_deep_chains): C compilers take
+time quadratic in the length of a function.
 A reduction of many elements to few results is first split in two (split_reduce), so that its first stage has an
 output axis for the cores to share.
 A FOLD (ember/scan.py) is realized with its sources and becomes a LoopItem: its body scheduled once, run per step.
@@ -126,22 +128,33 @@ def fused_cost(order: dict[UOp, None]) -> tuple[dict[UOp, int], dict[UOp, bool]]
     return cost, dear
 
 
-MAX_FUSED_DEPTH = 1000  # ALU ops on the longest path through one kernel. C compilers take time quadratic in a
-# function's length beyond a few thousand statements (gcc 12 -O2 on a recurrence's gradient: 2500 lines 0.8 s, 10000
-# lines 11 s of CPU, most in register allocation), so a deeper chain is stored every MAX_FUSED_DEPTH ops and runs as
-# several kernels. 1000 leaves whole the deepest kernels of ordinary programs (random numbers ~80, the cart-pole's
-# 10 RK4 steps with their jacobians 876)
+CUT_EVERY = 1000  # ALU ops: a longer chain is stored at every multiple of this depth and runs as several kernels.
+# C compilers take time quadratic in a function's length beyond a few thousand statements (gcc 12 -O2 on a
+# recurrence's gradient: 2500 lines 0.8 s, 10000 lines 11 s of CPU, most in register allocation). 1000 leaves whole
+# the deepest kernels of ordinary programs (random numbers ~80, the cart-pole's 10 RK4 steps with their jacobians 876)
 
 
 def cut_deep_chains(order: dict[UOp, None], realized: set[UOp]) -> set[UOp]:
-    """The elementwise nodes to store so that no kernel holds a path of more than MAX_FUSED_DEPTH ALU ops: a chain
-    of 10^5 ops becomes 100 kernels (alike ones compile once) instead of one function no compiler finishes."""
-    depth: dict[UOp, int] = {}  # ALU ops on the longest path down to a buffer, within the node's kernel
+    """The elementwise nodes to store so that kernels stay short: those at a depth that is a multiple of CUT_EVERY
+    (counted from the buffers, over the whole graph), where their kernel has at least half that depth; and any at
+    twice that depth within its kernel. A chain of 10^5 ops becomes 100 kernels (alike ones compile once) instead of
+    one function no compiler finishes.
+
+    Depths over the whole graph put the cuts of every chain at the same places: a recurrence's gradient reads each
+    step's value, and a kernel of its backward pass recomputes those it reads from the last stored one, at most
+    CUT_EVERY ops before. Cuts counted within kernels alone would store a forward value up to 2 * CUT_EVERY ops
+    below, leaving the backward chain no depth of its own: a kernel per step, each recomputing the forward pass."""
+    level: dict[UOp, int] = {}  # ALU ops on the longest path down to a buffer
+    depth: dict[UOp, int] = {}  # the same within the node's kernel
     cuts: set[UOp] = set()
     for u in order:
-        d = max((depth[s] for s in u.src if s not in realized and s not in cuts), default=0)
-        depth[u] = d = d + (u.op in GroupOp.Elementwise)
-        if d >= MAX_FUSED_DEPTH and u.op in GroupOp.Elementwise and u not in realized: cuts.add(u)
+        alu = 4 if u.op in GroupOp.Transcendental else int(u.op in GroupOp.Elementwise)  # (as fused_cost counts)
+        below = max((level[s] for s in u.src if s not in realized), default=0)
+        level[u] = below + alu
+        depth[u] = d = max((depth[s] for s in u.src if s not in realized and s not in cuts), default=0) + alu
+        crossed = level[u] // CUT_EVERY > below // CUT_EVERY  # the first node past a multiple on its path
+        if alu and u not in realized and (d >= 2 * CUT_EVERY or crossed and d >= CUT_EVERY // 2):
+            cuts.add(u)
     return cuts
 
 

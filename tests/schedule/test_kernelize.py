@@ -263,7 +263,7 @@ def test_same_program_on_other_buffers_shares_one_ast():
 @pytest.mark.slow  # 30 s or more: rangeify, lower and linearize of one kernel of 10^5 ops
 def test_long_elementwise_chain_schedules_and_lowers_without_recursion(monkeypatch: pytest.MonkeyPatch) -> None:
     from ember.schedule import kernelize
-    monkeypatch.setattr(kernelize, "MAX_FUSED_DEPTH", 1 << 30)  # one kernel of them all (not cut: see below)
+    monkeypatch.setattr(kernelize, "CUT_EVERY", 1 << 30)  # one kernel of them all (not cut: see below)
     start = time.perf_counter()
     x = Tensor(np.zeros(4, np.float32))
     for _ in range(100_000): x = x + 1.0
@@ -468,9 +468,9 @@ def longest_alu_path(ast: UOp) -> int:
 
 def test_a_chain_deeper_than_a_kernel_may_be_runs_as_several(monkeypatch: pytest.MonkeyPatch) -> None:
     # C compilers take time quadratic in a function's length (gcc: 10^4 statements ~11 s), so a chain is stored
-    # every MAX_FUSED_DEPTH ops: 260 steps of x * 0.999 + 0.01 are 520 ops, cut after 50, 100, ..., 500
+    # every CUT_EVERY ops: 260 steps of x * 0.999 + 0.01 are 520 ops, cut after 50, 100, ..., 500
     from ember.schedule import kernelize
-    monkeypatch.setattr(kernelize, "MAX_FUSED_DEPTH", 50)
+    monkeypatch.setattr(kernelize, "CUT_EVERY", 50)
     x, expected = Tensor(ARRAYS["a"].copy()), ARRAYS["a"].copy()
     for _ in range(260):
         x = x * 0.999 + 0.01
@@ -479,3 +479,31 @@ def test_a_chain_deeper_than_a_kernel_may_be_runs_as_several(monkeypatch: pytest
     assert len(items) == 11
     assert max(longest_alu_path(item.ast) for item in items) == 50
     np.testing.assert_allclose(x.numpy(), expected, rtol=1e-6)
+
+
+def test_a_long_recurrence_gradient_is_cut_without_recomputing_each_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # d/dw of h <- h * w + 0.001 reads every step's h: the backward kernels recompute them from the stored ones.
+    # Cuts at depths counted over the whole graph keep that to less than one more pass (cuts counted per kernel
+    # stored forward values up to 2 * CUT_EVERY below: 3x the ops of one kernel, and 65 kernels, not 25)
+    from ember.schedule import kernelize
+
+    def gradient_of_recurrence() -> tuple[Tensor, Tensor]:
+        w = Tensor(np.float32(0.999), requires_grad=True)
+        h = Tensor(np.float32(1.0))
+        for _ in range(300): h = h * w + 0.001
+        h.backward()
+        return h, w.grad
+
+    def alu_ops(t: Tensor) -> int:
+        return sum(sum(u.op in GroupOp.Elementwise for u in item.ast.toposort()) for item in t.schedule())
+
+    monkeypatch.setattr(kernelize, "CUT_EVERY", 1 << 30)
+    whole = alu_ops(gradient_of_recurrence()[1])
+    monkeypatch.setattr(kernelize, "CUT_EVERY", 50)
+    h, grad = gradient_of_recurrence()
+    assert max(longest_alu_path(item.ast) for item in grad.schedule()) <= 100
+    assert alu_ops(grad) < 2 * whole
+    value, slope = 1.0, 0.0  # float64 forward mode: h and dh/dw
+    for _ in range(300): value, slope = value * 0.999 + 0.001, slope * 0.999 + value
+    np.testing.assert_allclose(h.numpy(), value, rtol=1e-5)
+    np.testing.assert_allclose(grad.numpy(), slope, rtol=1e-4)
