@@ -498,7 +498,7 @@ def test_a_chain_of_3000_adds_realizes() -> None:
     np.testing.assert_array_equal(x.numpy(), start + 3000)
 
 
-@pytest.mark.slow  # about 7 s of CPU (23 s on a loaded 2-core machine)
+@pytest.mark.slow  # about 7 s of CPU (12 s on a loaded 2-core machine)
 def test_a_chain_of_100000_ops_realizes() -> None:
     start = np.arange(16, dtype=np.float32)
     x = Tensor(start)
