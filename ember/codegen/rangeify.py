@@ -31,7 +31,7 @@ from ember.codegen.stores import split_stores
 from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import UNROLL, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
-from ember.uop.symbolic import simplify, symbolic
+from ember.uop.symbolic import build_sum, simplify, split_sum, symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 from ember.variables import Sint, is_symbolic, max_count
 
@@ -425,8 +425,8 @@ def gate_bounds(gate: UOp) -> dict[UOp, tuple[int, int]]:
         if clause.op is Ops.AND: stack.extend(clause.src)
         if clause.op is not Ops.CMPLT or not clause.src[0].dtype.is_int: continue
         a, b = clause.src
-        if a.op in BOUNDABLE and b.op is Ops.CONST: rng, lo, hi = a, a.vmin, b.arg - 1
-        elif b.op in BOUNDABLE and a.op is Ops.CONST: rng, lo, hi = b, a.arg + 1, b.vmax
+        if is_boundable(a) and b.op is Ops.CONST: rng, lo, hi = a, a.vmin, b.arg - 1
+        elif is_boundable(b) and a.op is Ops.CONST: rng, lo, hi = b, a.arg + 1, b.vmax
         else: continue
         old_lo, old_hi = bounds.get(rng, (rng.vmin, rng.vmax))
         bounds[rng] = (max(old_lo, lo), min(old_hi, hi))
@@ -436,11 +436,20 @@ def gate_bounds(gate: UOp) -> dict[UOp, tuple[int, int]]:
 BOUNDABLE = frozenset({Ops.RANGE, Ops.LOAD})
 
 
+def is_boundable(x: UOp) -> bool:
+    """A RANGE or loaded index, or a sum over a RANGE: a padded window's row `oy + ky` is gated as a whole."""
+    return x.op in BOUNDABLE or x.op is Ops.ADD and x.dtype.is_int and any(
+        t.op is Ops.RANGE and c in (1, -1) for t, c in split_sum(x)[0].items())
+
+
 def simplify_gated_index(x: UOp, g: UOp, i: UOp, gate: UOp) -> UOp | None:
     """Simplify a gated read's offset knowing the gate holds: a padded read then needs no `%` to stay in bounds, a
     gather's position read from a table (checked to be inside its axis) no `//` and `%` to split and rejoin it.
 
-    Each bounded node is swapped for a variable with the narrower bounds, the offset simplified, and swapped back.
+    Each bounded node is swapped for a variable with the narrower bounds, the offset simplified, and swapped back;
+    a bounded sum (a window's row `oy + ky`, gated as a whole) by writing one of its RANGEs as that variable minus
+    the rest of the sum, so the sum's terms in the offset collect into the variable. The variables range over at
+    least every point where the gate holds, so what holds for them holds there.
     Every other load in the offset is swapped for a variable too, so that what the gate says never reaches its
     gate: the loads of an offset run whether or not the outer gate holds (the linearizer hoists them), and a
     gather's table read gated by the same condition lost its gate and read past its buffer. An offset computed by
@@ -458,8 +467,17 @@ def simplify_under(gate: UOp, x: UOp) -> UOp:
     narrow = {r: UOp.variable(f"gate{k}", lo, hi, r.dtype) for k, (r, (lo, hi)) in enumerate(bounds.items())}
     opaque = {u: UOp.variable(f"load{k}", u.vmin, u.vmax, u.dtype) for k, u in
               enumerate(u for u in x.toposort() if u.op is Ops.LOAD and u not in narrow)}
-    swapped = narrow | opaque
-    return substitute(graph_rewrite(substitute(x, swapped), symbolic), {v: r for r, v in swapped.items()})
+    swapped = {r: v for r, v in narrow.items() if r.op in BOUNDABLE} | opaque
+    for s, v in narrow.items():  # a bounded sum s = r + rest: r is written v - rest, so s's terms become v
+        if s.op in BOUNDABLE: continue
+        terms, const = split_sum(s)
+        free = [(t, c) for t, c in terms.items() if t.op is Ops.RANGE and c in (1, -1) and t not in swapped]
+        if not free: continue
+        (rng, coeff), rest = free[0], build_sum(s.dtype, ((t, c) for t, c in terms.items() if t is not free[0][0]),
+                                                const)
+        swapped[rng] = v - rest if coeff == 1 else rest - v
+    back = {v: r for r, v in narrow.items()} | {v: r for r, v in opaque.items()}
+    return substitute(graph_rewrite(substitute(x, swapped), symbolic), back)
 
 
 def divides(x: UOp) -> bool:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ember import Tensor
-from ember.codegen.rangeify import rangeify, reshape_index
+from ember.codegen.rangeify import pm_simplify_gated_index, rangeify, reshape_index
 from ember.dtype import PtrDType, dtypes
 from ember.errors import SpecError
 from ember.helpers import Context, prod
@@ -159,6 +159,26 @@ def test_gather_through_a_merged_view_reads_the_position_it_loaded_without_divis
     text = load.src[0].src[1].render()
     assert "//" not in text and "%" not in text, text
     np.testing.assert_array_equal(out.numpy(), data.reshape(-1)[where])
+
+
+@pytest.mark.parametrize("channels, size", [(3, 5), (2, 7)])
+def test_window_over_padding_simplifies_under_the_gate_on_its_row_sum(channels: int, size: int):
+    """A convolution's read of its unpadded input at row `oy + ky - 1`, column `ox + kx - 1`, gated on both inside
+    [0, size): flattened through a reshape of all of it, its offset is a `%` over the whole buffer, true only where
+    the gate holds. The gate bounds the sums `oy + ky` and `ox + kx`, so the `%` goes: a vectorizable offset.
+    Wherever the gate holds, the simplified offset is the original one."""
+    c, oy, ky, ox, kx = (UOp.range(n, a) for a, n in enumerate((channels, size, 3, size, 3)))
+    row, col = oy + ky, ox + kx
+    gate = (UOp.const(dtypes.int32, 0) < row) & (row < size + 1) & (UOp.const(dtypes.int32, 0) < col) & \
+        (col < size + 1)
+    offset = ((c * size + row - 1) * size + col - 1) % (channels * size * size)
+    buf = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(channels * size * size), arg=1)
+    index = UOp(Ops.INDEX, buf.dtype, (buf, simplify(offset), gate))
+    out = graph_rewrite(index, pm_simplify_gated_index)
+    assert out is not index and out.src[2] is gate
+    assert not any(u.op is Ops.MOD for u in out.src[1].toposort()), out.src[1].render()
+    for env in all_range_values([c, oy, ky, ox, kx]):
+        if evaluate(gate, env): assert evaluate(out.src[1], env) == evaluate(offset, env), env
 
 
 @pytest.mark.parametrize("view", [lambda t: t[::2], lambda t: t.pad(((1, 1),)).shrink(((1, 7),))],
