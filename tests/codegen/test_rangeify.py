@@ -161,14 +161,15 @@ def test_gather_through_a_merged_view_reads_the_position_it_loaded_without_divis
     np.testing.assert_array_equal(out.numpy(), data.reshape(-1)[where])
 
 
-@pytest.mark.parametrize("channels, size", [(3, 5), (2, 7)])
-def test_window_over_padding_simplifies_under_the_gate_on_its_row_sum(channels: int, size: int):
+@pytest.mark.parametrize("channels, size, flip", [(3, 5, False), (2, 7, False), (2, 5, True)])
+def test_window_over_padding_simplifies_under_the_gate_on_its_row_sum(channels: int, size: int, flip: bool):
     """A convolution's read of its unpadded input at row `oy + ky - 1`, column `ox + kx - 1`, gated on both inside
     [0, size): flattened through a reshape of all of it, its offset is a `%` over the whole buffer, true only where
-    the gate holds. The gate bounds the sums `oy + ky` and `ox + kx`, so the `%` goes: a vectorizable offset.
-    Wherever the gate holds, the simplified offset is the original one."""
+    the gate holds. The gate bounds the sums `oy + ky` and `ox + kx`, so the `%` goes: a vectorizable offset (also
+    over a flipped kernel, `ky` counted down: a term of coefficient -1). Wherever the gate holds, the simplified
+    offset is the original one."""
     c, oy, ky, ox, kx = (UOp.range(n, a) for a, n in enumerate((channels, size, 3, size, 3)))
-    row, col = oy + ky, ox + kx
+    row, col = (oy - ky + 2, ox - kx + 2) if flip else (oy + ky, ox + kx)
     gate = (UOp.const(dtypes.int32, 0) < row) & (row < size + 1) & (UOp.const(dtypes.int32, 0) < col) & \
         (col < size + 1)
     offset = ((c * size + row - 1) * size + col - 1) % (channels * size * size)
