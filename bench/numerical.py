@@ -1,7 +1,7 @@
 """ember's numerical functions against CasADi and JAX: per-call time from Python and from C++, and first-call latency.
 
 Run: python bench/numerical.py            (about 10 minutes; peers: pip install casadi jax jaxlib)
-     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, f-eval, f-jac, g or h)
+     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g or h)
 
 Cases, all float64:
   a      energy sum(0.5 x^2), x in R^3: the cost of a call itself
@@ -11,6 +11,7 @@ Cases, all float64:
   d      hessian of the Rosenbrock chain, n = 100 (tridiagonal): ember.ad.sphessian, else ember.ad.hessian
   e      jacobian of the 2-D Bratu residual on a 50 x 50 grid (5-point Laplacian, zero boundary): 2500 x 2500 with
          12300 nonzeros, ember.ad.spjacobian
+  e3     the same in 3-D on a 5 x 5 x 5 grid (7-point Laplacian): 125 x 125 with 725 nonzeros
   f-eval quadrotor, 20 RK4 steps (examples/quadrotor.py): final state[12] from (state[12], controls[20, 4])
   f-jac  the same plus the jacobians by state (12 x 12) and by controls (12 x 20 x 4), one function with three
          outputs; the rollout is ember.ad.fold of one step (a loop in the C++); ember's process stops after JAC_LIMIT s
@@ -37,6 +38,10 @@ Three measurements per case and framework:
           native code builds in a thread (ember/export/interpreter.py), so a second time is given, ember-native:
           until the native code is loaded (codegen, compile); CasADi: build the SX function, generate C, compile a
           shared library, load it, call; JAX: define, jit, first call (backend already started).
+  build   the native build alone, nothing read from or written to the cache: ember's fresh functions traced,
+          differentiated, scheduled, rendered as C++ and compiled (NumericalFunction.compile), in seconds of wall
+          time and of CPU time (ember's process and the compiler it runs: the machine may be shared), with the
+          part before the C++ compiler; CasADi: its SX function built, C generated and compiled (wall).
 Ratios are ember/peer: above 1, ember is slower. Where ember falls back to a dense derivative its process gets a
 time limit (--dense-limit) and the table says what it reached.
 """
@@ -70,6 +75,7 @@ STEPS = 10  # cart-pole RK4 steps
 BRATU_SIZE, BRATU_LAMBDA = 1000, 1.0
 ROSENBROCK_SIZE = 100
 GRID_SIZE = 50  # 2-D Bratu: a GRID_SIZE x GRID_SIZE grid of unknowns
+CUBE_SIZE = 5  # 3-D Bratu: a CUBE_SIZE^3 grid of unknowns (its sparse jacobian took 102 s to build, issue 26)
 QUADROTOR_STEPS = 20  # lower it for a quick check of f-eval and f-jac
 JAC_LIMIT = 120.0  # s for ember's f-jac process (3-4 s with the fold; unrolled, from 12 steps on, codegen of the
 # jacobians took over a minute, 84 s at 12 steps for 14 MB of C++, and g++ far longer: 25+ min at 20 steps)
@@ -253,6 +259,50 @@ def jax_bratu2d(jax: Any, jnp: Any) -> Callable[..., Any]:
                                               jnp.exp))
 
 
+def cube_shifts(x: Any, pad: Callable[[Any, tuple[tuple[int, int], ...]], Any]) -> list[Any]:
+    """The six neighbours of every point of an n x n x n grid, zero beyond its faces, as shifted grids."""
+    n, out = CUBE_SIZE, []
+    for axis in range(3):
+        for width, cut in (((1, 0), slice(0, n)), ((0, 1), slice(1, n + 1))):
+            widths, cuts = [(0, 0)] * 3, [slice(None)] * 3
+            widths[axis], cuts[axis] = width, cut
+            out.append(pad(x, tuple(widths))[tuple(cuts)])
+    return out
+
+
+def bratu3d_terms(x: Any, neighbours: Sequence[Any], exp: Callable[[Any], Any]) -> Any:
+    """F = the 7-point Laplacian of x + h^2 lambda exp(x)."""
+    h = 1.0 / (CUBE_SIZE + 1)
+    return sum(neighbours[1:], neighbours[0]) - 6.0 * x + h * h * BRATU_LAMBDA * exp(x)
+
+
+def ember_bratu3d() -> tuple[list[Any], str]:
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+    f = NumericalFunction("bratu3d", lambda x: bratu3d_terms(x, cube_shifts(x, Tensor.pad), Tensor.exp),
+                          [Arg((CUBE_SIZE,) * 3)])
+    return [ember.ad.spjacobian(f)], "sparse: ember.ad.spjacobian"
+
+
+def casadi_bratu3d(ca: Any) -> Any:
+    """The grid as a row-major vector; each point's residual from its neighbours' entries (zero beyond the faces)."""
+    n = CUBE_SIZE
+    x = ca.SX.sym("x", n ** 3)
+
+    def at(i: int, j: int, k: int) -> Any:
+        return x[(i * n + j) * n + k] if 0 <= min(i, j, k) and max(i, j, k) < n else 0
+    moves = ((-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1))
+    residual = ca.vertcat(*(bratu3d_terms(at(i, j, k), [at(i + a, j + b, k + c) for a, b, c in moves], ca.exp)
+                            for i in range(n) for j in range(n) for k in range(n)))
+    return ca.Function("bratu3d", [x], [ca.jacobian(residual, x)])
+
+
+def jax_bratu3d(jax: Any, jnp: Any) -> Callable[..., Any]:
+    def residual(x: Any) -> Any: return bratu3d_terms(x, cube_shifts(x, jnp.pad), jnp.exp).reshape(-1)
+    return jax.jacfwd(residual)
+
+
 def quadrotor_inputs() -> list[np.ndarray]:
     import quadrotor
     return list(quadrotor.start_and_controls(QUADROTOR_STEPS))
@@ -361,6 +411,8 @@ def cases() -> list[Case]:
              casadi_rosenbrock, jax_rosenbrock, limited=not has_sparse_hessian),
         Case("e", f"2-D Bratu jacobian, {GRID_SIZE}x{GRID_SIZE}", [grid],
              ember_bratu2d, casadi_bratu2d, jax_bratu2d),
+        Case("e3", f"3-D Bratu jacobian, {CUBE_SIZE}^3", [0.5 + 0.1 * np.sin(np.arange(CUBE_SIZE ** 3)).reshape(
+            (CUBE_SIZE,) * 3)], ember_bratu3d, casadi_bratu3d, jax_bratu3d),
         Case("f-eval", f"quadrotor RK4, {QUADROTOR_STEPS} steps", quadrotor_inputs(), lambda: ember_quadrotor(False),
              lambda ca: casadi_quadrotor(ca, False), lambda jax, jnp: jax_quadrotor(jax, jnp, False)),
         Case("f-jac", "quadrotor + its 2 jacobians", quadrotor_inputs(), lambda: ember_quadrotor(True),
@@ -445,6 +497,8 @@ def measure_ember(case: Case, folder: str) -> None:
     print(json.dumps(got), flush=True)
     got["python"] = per_call(lambda: [f(*case.inputs) for f in fns])
     print(json.dumps(got), flush=True)
+    got.update(measure_build(case))
+    print(json.dumps(got), flush=True)
     natives = {}
     for kind, attribute in (("native", None), ("native_fma", FMA_KERNEL)):  # as exported; with FMAs allowed
         module = f"ember_{case.key.replace('-', '_')}" + ("_fma" if attribute else "")
@@ -465,6 +519,26 @@ def measure_ember(case: Case, folder: str) -> None:
             calls.append(f"{module}::{f.name}::call_raw({', '.join(args)});")
         natives[kind] = NativeCall([source], f'#include "{module}.hpp"', setup, calls).__dict__
     with open(os.path.join(folder, "native.json"), "w") as fh: json.dump(natives, fh)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it waited for (the C++ compiler)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def measure_build(case: Case) -> dict[str, float]:
+    """Seconds (wall and CPU) to build case's functions from nothing, with no cache, and the part of them before the
+    C++ compiler (trace, derivatives, schedule, C++ text: ember's own work)."""
+    from ember.export import render_module
+    from ember.helpers import Context
+    with Context(CACHELEVEL=0):  # nothing from the cache: every step of the build runs
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        for f in case.ember()[0]: f.compile()
+        built = {"build": time.perf_counter() - wall, "build_cpu": cpu_seconds() - cpu}
+        wall = time.perf_counter()
+        render_module("ember_build", case.ember()[0])
+    return built | {"build_ember": time.perf_counter() - wall}
 
 
 def ember_in_fresh_process(case: Case, limit: float, folder: str) -> dict[str, Any]:
@@ -506,6 +580,7 @@ def measure_casadi(case: Case, ca: Any, folder: str) -> dict[str, Any]:
     generator.generate(folder + os.sep)
     library = os.path.join(folder, f"{name}.so")
     compile_cxx([os.path.join(folder, f"{name}.cpp")], library, ["-shared", "-fPIC"])
+    built = time.perf_counter() - start
     compiled = ca.external(function.name(), library)
     compiled(*case.inputs)
     first = time.perf_counter() - start
@@ -525,7 +600,7 @@ def measure_casadi(case: Case, ca: Any, folder: str) -> dict[str, Any]:
         setup += [f"  std::vector<double> c_out{k}({max(function.nnz_out(k), 1)});", f"  res[{k}] = c_out{k}.data();"]
     native = NativeCall([os.path.join(folder, f"{name}.cpp")], f'#include "{name}.h"', setup,
                         [f"{fn}(arg.data(), res.data(), iw.data(), w.data(), mem);"])
-    return {"first": first, "python": python, "python_compiled": python_compiled, "native": native,
+    return {"first": first, "build": built, "python": python, "python_compiled": python_compiled, "native": native,
             "outputs": outputs}
 
 
@@ -637,7 +712,7 @@ def agreement(got: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, f-eval, f-jac, g or h")
+    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g or h")
     parser.add_argument("--dense-limit", type=float, default=30.0,
                         help="seconds for ember's process where it falls back to a dense derivative (default 30)")
     parser.add_argument("--ember-case", help=argparse.SUPPRESS)  # internal: measure one case's ember functions
@@ -697,12 +772,17 @@ def report(selected: list[Case], results: dict[str, dict[str, dict[str, Any]]]) 
     print_table("First call, s (ember: fresh process, empty cache; its result, and its native code loaded)",
                 [row(c, [("ember", "first"), ("ember", "native_ready"), ("casadi", "first"), ("jax", "first")])
                  for c in selected], 1, 2, ["ember", "ember-native", "CasADi", "JAX"], [(0, 2), (0, 3), (1, 2)])
+    print_table("Build, s (no cache: ember's functions traced, differentiated, scheduled, rendered and compiled; "
+                "ember-cpu: CPU s of ember and its compiler; ember-own: wall s before the compiler; CasADi: SX "
+                "function, C code, compile)",
+                [row(c, [("ember", "build"), ("ember", "build_cpu"), ("ember", "build_ember"), ("casadi", "build")])
+                 for c in selected], 1, 2, ["ember", "ember-cpu", "ember-own", "CasADi"], [(0, 3)])
     print_table("Generated code, KB (ember's C++ module; CasADi's CodeGenerator output)",
                 [row(c, [("ember", "code"), ("casadi", "code")]) for c in selected], 1e-3, 1, ["ember", "CasADi"],
                 [(0, 1)])
     print("\nCasADi: its Function called from Python (SX virtual machine); CasADi-ext: the same compiled and loaded "
           "with casadi.external.")
-    derivatives = ("c", "d", "e", "g")  # the cases whose line says how ember computed them
+    derivatives = ("c", "d", "e", "e3", "g")  # the cases whose line says how ember computed them
     for case in selected:
         info = results[case.key]["ember"]
         told = "; ".join(info[k] for k in ("what", "error") if k in info and (k == "error" or case.key in derivatives))
