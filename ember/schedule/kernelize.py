@@ -306,6 +306,9 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
             if not is_buffer_view(u.src[0]) and any(n.op is Ops.REDUCE_AXIS for n in u.src[0].toposort()):
                 realized.add(u.src[0])
     together = scalar_program(outputs, consumers, realized)
+    # cuts first, so that the loop below sees their kernels: a dear value read on both sides of a cut is stored once
+    # (a jacobian's forward values, read by every later band), not recomputed by each band's kernel
+    realized |= cut_deep_chains(order, realized)
     kernel_of = {u: together[0] for u in together}  # a realized node -> the kernel that computes it
     cost, dear = fused_cost(order)
     readers: dict[UOp, set[UOp]] = {}  # the realized nodes whose kernels read this value

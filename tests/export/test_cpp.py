@@ -183,14 +183,8 @@ SCALING_MODELS = {
 }
 
 
-# The cart-pole's jacobian passes kernelize's depth limit from about 8 steps on: its chain is cut into kernels
-# that each recompute the forward values they read from the last stored ones (schedule/kernelize.cut_deep_chains;
-# with the cuts off its build is linear, 0.40-0.47 ms per traced node from 2 to 16 steps)
-RECOMPUTED_AT_CUTS = pytest.mark.xfail(reason="kernels cut from a deep chain recompute what they read (issue 26)")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("model", [pytest.param("stack_of_scalars", marks=RECOMPUTED_AT_CUTS), "slices_and_cats"])
+@pytest.mark.parametrize("model", ["stack_of_scalars", "slices_and_cats"])
 def test_build_time_grows_linearly_with_the_steps_traced(model: str):
     """ember's part of a native build (trace, jacobian, schedule, codegen, C++ text) of 2, 4, 8 and 16 RK4 steps
     takes at most twice the time per traced node that 2 steps take (CPU time: the machine may be shared). The
