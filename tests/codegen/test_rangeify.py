@@ -23,6 +23,7 @@ from ember.uop.interpret import evaluate
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import simplify
 from ember.uop.upat import PatternMatcher, graph_rewrite
+from tests.export.test_cpp import cartpole_slope, rk4
 
 
 @pytest.fixture(params=[0, 1], ids=["spec0", "spec1"], autouse=True)
@@ -402,20 +403,7 @@ def test_sort_or_topk_then_a_movement_op_renders_and_matches_torch(name: str, sh
 
 def rk4_cartpole(z: Tensor, steps: int) -> Tensor:
     """The issue's model: RK4 steps of a cart-pole whose state is a stack of scalars read back by s[0]-indexing."""
-    def slope(s: Tensor, u: Tensor) -> Tensor:
-        xd, th, thd = s[1], s[2], s[3]
-        st, ct = th.sin(), th.cos()
-        tmp = (u + 0.05 * thd * thd * st) / 1.1
-        thdd = (9.81 * st - ct * tmp) / (0.5 * (4 / 3 - 0.1 * ct * ct / 1.1))
-        return Tensor.stack(xd, tmp - 0.05 * thdd * ct / 1.1, thd, thdd)
-    s, u, h = z[0:4], z[4], 0.05
-    for _ in range(steps):
-        k1 = slope(s, u)
-        k2 = slope(s + h / 2 * k1, u)
-        k3 = slope(s + h / 2 * k2, u)
-        k4 = slope(s + h * k3, u)
-        s = s + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return s
+    return rk4(lambda s: cartpole_slope(s, z[4]), z[0:4], steps)
 
 
 def bratu3d_residual(x: Tensor) -> Tensor:
