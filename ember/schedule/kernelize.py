@@ -343,6 +343,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
         if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE: realized.add(u)
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
         spread[u], in_loop[u] = times, looped
+    # cut again over the final set: a node stored above changes the depths within kernels the first cuts counted
     return realized | cut_deep_chains(order, realized), together
 
 
