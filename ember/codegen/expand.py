@@ -23,9 +23,10 @@ import math
 from dataclasses import dataclass, field
 
 from ember.codegen.opt import LANE_KINDS, range_size
+from ember.dtype import dtypes
 from ember.renderer import Renderer
-from ember.uop.ops import GroupOp, Ops, UOp
-from ember.uop.symbolic import symbolic
+from ember.uop.ops import SERIAL, GroupOp, Ops, UOp
+from ember.uop.symbolic import affine_step, symbolic
 from ember.uop.upat import graph_rewrite
 
 Lanes = UOp | tuple[UOp, ...]  # a vector UOp, a scalar (the same in every lane), or one scalar per lane
@@ -41,24 +42,6 @@ def split_constant(x: UOp) -> tuple[UOp | None, int]:
     if x.op is Ops.CONST: return None, x.arg
     if x.op is Ops.ADD and x.src[1].op is Ops.CONST: return x.src[0], x.src[1].arg
     return x, 0
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def affine_step(x: UOp, rng: UOp) -> int | None:
-    """k where the integer x is f + rng*k with f free of rng (a sum whose terms hold rng only as rng or rng*c);
-    None otherwise."""
-    if x.dtype.is_float or x.dtype.is_bool: return None
-    terms, todo, step = [], [x], 0
-    while todo:
-        t = todo.pop()
-        if t.op is Ops.ADD: todo.extend(t.src)
-        else: terms.append(t)
-    for t in terms:
-        if rng not in t.ranges: continue
-        if t is rng: step += 1
-        elif t.op is Ops.MUL and t.src[0] is rng and t.src[1].op is Ops.CONST: step += t.src[1].arg
-        else: return None
-    return step
 
 
 @dataclass
@@ -97,13 +80,42 @@ class Expander:
     def build(self, x: UOp, srcs: list[Lanes]) -> Lanes:
         """`x`'s op over expanded sources: scalar if they all are, a vector op where some source is a vector and the
         renderer has the op, else lane by lane."""
-        if all(self.is_scalar(s) for s in srcs): return x.replace(src=tuple(srcs))  # type: ignore[arg-type]
+        if x.op is Ops.WHERE and (picked := self.select(*srcs)) is not None: return picked
+        if all(self.is_scalar(s) for s in srcs):
+            out = x.replace(src=tuple(srcs))  # type: ignore[arg-type]
+            return simplify(out) if x.dtype.is_bool and out is not x else out
         # a vector where a source is one, or holds floats lane by lane (after a libm call: back to vectors); integer
         # lanes (addresses from the range's constants) stay scalars, so loads can see they are consecutive
         if any(not self.is_scalar(s) and (not isinstance(s, tuple) or s[0].dtype.is_float) for s in srcs):
             wide = x.replace(dtype=x.dtype.vec(self.width), src=tuple(self.as_vector(s) for s in srcs))
             if self.renderer.renders_vector(wide): return wide
-        return tuple(x.replace(src=tuple(self.lane(s, i) for s in srcs)) for i in range(self.width))
+        out = tuple(x.replace(src=tuple(self.lane(s, i) for s in srcs)) for i in range(self.width))
+        # boolean lanes (a padding's gate, which the lane's constant position settles: true inside a convolution's
+        # row, false at its border) are simplified, and one value when every lane has the same (not every integer
+        # op: simplifying each of a random number's rounds would walk all rounds below it, quadratic in them)
+        return self.uniform(tuple(simplify(o) for o in out)) if x.dtype.is_bool else out
+
+    def select(self, cond: Lanes, a: Lanes, b: Lanes) -> Lanes | None:
+        """WHERE(cond, a, b) without a select where the lanes settle it: a condition the lane's constant position
+        makes constant (a padding's gate inside a convolution's row), or a 0 beside a load gated by the same
+        condition (which reads 0 where it is false): None where some lane needs the select."""
+        def settle(c: UOp, x: UOp, y: UOp) -> UOp | None:
+            if c.op is Ops.CONST: return x if c.arg else y
+            if y.op is Ops.CONST and y.arg == 0 and x.op is Ops.LOAD and x.src[0].src[2:] == (c,): return x
+            return None
+        if self.is_scalar(cond) and not isinstance(a, tuple) and not isinstance(b, tuple):
+            return settle(cond, a, b)  # type: ignore[arg-type]
+        if isinstance(cond, tuple) and not isinstance(a, tuple) and a.op is Ops.LOAD and a.dtype.count > 1 and \
+                not isinstance(b, tuple) and b.op is Ops.CONST and b.arg == 0:
+            # a vector load reads 0 in the lanes its gates leave out: a select by the same gates keeps it whole
+            if all(c is g for c, g in zip(cond, load_gates(a), strict=True)): return a
+        if self.is_scalar(cond) and cond.op is not Ops.CONST: return None  # type: ignore[union-attr]
+        lanes = [settle(self.lane(cond, i), self.lane(a, i), self.lane(b, i)) for i in range(self.width)]
+        return tuple(lanes) if all(v is not None for v in lanes) else None  # type: ignore[arg-type]
+
+    def uniform(self, lanes: tuple[UOp, ...]) -> Lanes:
+        """One scalar where every lane holds the same value, else the lanes."""
+        return lanes[0] if all(v is lanes[0] for v in lanes) else lanes
 
     def index(self, x: UOp, env: dict[UOp, int]) -> Lanes:
         """An address or gate expression: one simplified scalar, or one per lane."""
@@ -114,7 +126,7 @@ class Expander:
             var, c = split_constant(simplify(self.lane(out, 0)))
             return tuple(UOp.const(x.dtype, c + i * step) if var is None else
                          var + UOp.const(x.dtype, c + i * step) if c + i * step else var for i in range(self.width))
-        return tuple(simplify(v) for v in self.lanes(out))
+        return self.uniform(tuple(simplify(v) for v in self.lanes(out)))
 
     def consecutive(self, offsets: Lanes) -> bool:
         if not isinstance(offsets, tuple): return False
@@ -168,7 +180,8 @@ class Expander:
 
     def at(self, idx: UOp, offsets: Lanes, gate: Lanes | None, i: int | None = None) -> UOp:
         """The INDEX of lane i (or of the first lane, for a vector access)."""
-        src = (idx.src[0], self.lane(offsets, i or 0)) + (() if gate is None else (self.lane(gate, i or 0),))
+        g = None if gate is None else self.lane(gate, i or 0)
+        src = (idx.src[0], self.lane(offsets, i or 0)) + (() if g is None or (g.op is Ops.CONST and g.arg) else (g,))
         return idx.replace(src=src)
 
     def load(self, x: UOp, env: dict[UOp, int]) -> Lanes:
@@ -178,22 +191,38 @@ class Expander:
         if whole:
             wide = UOp(Ops.LOAD, x.dtype.vec(self.width), (self.at(x.src[0], offsets, gate),))
             if self.renderer.renders_vector(wide): return wide
+        if (part := self.partial_load(x, offsets, gate)) is not None: return part
         return tuple(x.replace(src=(self.at(x.src[0], offsets, gate, i),)) for i in range(self.width))
 
+    def partial_load(self, x: UOp, offsets: Lanes, gate: Lanes | None) -> UOp | None:
+        """One vector load of consecutive offsets under gates that differ from lane to lane (a convolution's window
+        over a padding it does not store: the first lane of a row's first vector reads the pad), as
+        LOAD(INDEX(buf, first offset), *one gate per lane): lanes whose gate is false read no memory and hold 0.
+        None where the renderer has no such load."""
+        if not isinstance(gate, tuple) or not self.consecutive(offsets): return None
+        if all(g.op is Ops.CONST and not g.arg for g in gate): return None
+        wide = UOp(Ops.LOAD, x.dtype.vec(self.width), (self.at(x.src[0], offsets, None), *gate))
+        return wide if self.renderer.renders_vector(wide) else None
+
     def reduce(self, x: UOp, env: dict[UOp, int]) -> Lanes:
-        """One REDUCE per copy (its own accumulator) over the loops that stay, combined after them."""
+        """One REDUCE per vector chunk (its own accumulator: independent sums that overlap) over the loops that
+        stay, combined after them. The copies of an unrolled reduce axis are taken in the loop's order by their
+        chunk's accumulator (a SERIAL chain): as many accumulators as without the unroll, and the same sum."""
         value, op = x.src[0], x.arg
         loops = tuple(r for r in x.src[1:] if r.arg.kind not in LANE_KINDS)
-        copies = [r for r in x.src[1:] if r.arg.kind in LANE_KINDS and r is not self.vector]
+        copies = sorted((r for r in x.src[1:] if r.arg.kind in LANE_KINDS and r is not self.vector),
+                        key=lambda r: r.arg.axis)
         over_lanes = self.vector in x.src[1:]
         parts: list[Lanes] = []
-        for values in itertools.product(*(range(range_size(r)) for r in copies),
-                                        self.chunks() if over_lanes else (None,)):
-            inner = {**env, **dict(zip(copies, values[:-1], strict=True))}
-            if over_lanes: inner[self.vector] = values[-1]  # type: ignore[index]
-            part = self.value(value, inner)
-            if over_lanes and self.is_scalar(part): part = (part,) * self.width  # type: ignore[assignment]
-            parts.append(self.reduce_loops(part, loops, x))
+        for chunk in self.chunks() if over_lanes else (None,):
+            terms: list[Lanes] = []
+            for values in itertools.product(*(range(range_size(r)) for r in copies)):
+                inner = {**env, **dict(zip(copies, values, strict=True))}
+                if over_lanes: inner[self.vector] = chunk  # type: ignore[index]
+                term = self.value(value, inner)
+                terms.append((term,) * self.width if over_lanes and self.is_scalar(term) else term)  # type: ignore
+            chain = functools.reduce(lambda a, b: self.build(UOp(op, x.dtype, (value, value), SERIAL), [a, b]), terms)
+            parts.append(self.reduce_loops(chain, loops, x))
         total = functools.reduce(lambda a, b: self.build(UOp(op, x.dtype, (value, value)), [a, b]), parts)
         if not over_lanes: return total
         return functools.reduce(lambda a, b: UOp(op, x.dtype, (a, b)), self.lanes(total))
@@ -224,6 +253,13 @@ class Expander:
                     continue
             out += [st.replace(src=(self.at(idx, offsets, gate, i), self.lane(v, i))) for i in range(self.width)]
         return out
+
+
+def load_gates(load: UOp) -> tuple[UOp, ...]:
+    """The gate of each lane of a vector LOAD: its own per lane (partial_load), else its INDEX's (true: none)."""
+    if len(load.src) > 1: return load.src[1:]
+    idx = load.src[0]
+    return (idx.src[2] if len(idx.src) > 2 else UOp.const(dtypes.bool, True),) * load.dtype.count
 
 
 def vector_width(sink: UOp, vector: UOp, renderer: Renderer) -> int:

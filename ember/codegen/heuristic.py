@@ -11,6 +11,9 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
   output axis by R and its vector axis by V vectors, R*V accumulators that fit the register file, so each load
   of an operand feeds several fused multiply-adds.
   The loop over column panels goes outside the loop over rows (SWAP).
+- Settled gates: a short reduce axis that a load's gate tests beside the vector axis (a convolution's kx over a
+  padding: ox + kx - 1 >= 0) is unrolled, so the gate of each copy's lanes is a constant or the row's test, and
+  its loads are whole vectors or one masked load, not a gated load per lane (in scalar code, beside any output).
 - Threads: a kernel with enough work splits an output axis across the cores (the first one that divides evenly).
 """
 
@@ -121,6 +124,13 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
             sink = apply_opt(sink, opts[-1])
     elif vector is not None:
         add(OptOps.UPCAST, vector, lanes)
+    if vector is None or vector.arg.kind is not AxisKind.REDUCE:
+        # a short reduce axis that a gate reads beside the vector axis (a convolution's kx over a padding it does
+        # not store) is unrolled: each copy's gate then settles lane by lane, true inside the row, false on the
+        # pad, so its loads are whole or partial vectors (expand.partial_load) instead of one gated load a lane;
+        # in scalar code (a strided convolution), beside any output axis: most copies' gates are always true
+        beside = [vector] if vector is not None else outputs
+        for a in gated_beside(nodes, beside, reduces): add(OptOps.UNROLL, a, range_size(a))
     work = prod(most(a) for a in axes)
     # no more slices than the pool runs ($EMBER_THREADS=2048, or a bigger host, on a renderer made by hand)
     cores = min(renderer.cores, MAX_THREADS)
@@ -130,6 +140,29 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
                 add(OptOps.THREAD, a, cores)
                 break
     return opts
+
+
+SETTLED_UNROLL = 8  # most copies of the loop body unrolled so that a padding's gates settle lane by lane
+
+
+def gated_beside(nodes: list[UOp], axes: list[UOp], reduces: list[UOp]) -> list[UOp]:
+    """The short fixed reduce axes that a test of some load's gate reads together with one of `axes` (with the
+    vector axis, a convolution's kx: ox + kx - 1 >= 0; not ky, whose row test every lane shares: unrolled too, its
+    copies' loads crowd the registers the accumulators need), while their copies stay within SETTLED_UNROLL."""
+    beside = [t for u in nodes if u.op is Ops.INDEX and len(u.src) > 2 for t in conjuncts(u.src[2])
+              if any(a in t.ranges for a in axes)]
+    loops = [set(u.src[1:]) for u in nodes if u.op is Ops.REDUCE]  # a loop split in segments: a REDUCE per piece
+    picked: list[UOp] = []
+    for a in reduces:
+        copies = max((prod(range_size(b) for b in picked if b in nest) for nest in loops if a in nest), default=1)
+        if fixed(a) and any(a in t.ranges for t in beside) and copies * range_size(a) <= SETTLED_UNROLL:
+            picked.append(a)
+    return picked
+
+
+def conjuncts(gate: UOp) -> list[UOp]:
+    """The tests a gate ANDs together."""
+    return conjuncts(gate.src[0]) + conjuncts(gate.src[1]) if gate.op is Ops.AND else [gate]
 
 
 def fixed(a: UOp) -> bool:

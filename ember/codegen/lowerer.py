@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ember.dtype import AddrSpace, DType, dtypes
 from ember.helpers import SPEC
-from ember.uop.ops import TANGENT, Ops, UOp
+from ember.uop.ops import SERIAL, TANGENT, Ops, UOp
 from ember.uop.spec import check_stage
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 
@@ -56,12 +56,27 @@ def lower_reduce(ctx: LowerContext, red: UOp) -> UOp:
                red.dtype)))
     slot = UOp(Ops.INDEX, acc.dtype, (acc.after(init, *ranges), zero))
     current = UOp(Ops.LOAD, red.dtype, (slot,))
-    if ctx.contract and op is Ops.ADD and value.op is Ops.MUL and value.arg != TANGENT and value.dtype.is_float:
-        # (a forward-mode product keeps its test for a zero factor: renderer/cstyle.render_tangent_product)
-        update = UOp(Ops.STORE, dtypes.void, (slot, UOp(Ops.MULACC, red.dtype, (*value.src, current))))
-    else: update = UOp(Ops.STORE, dtypes.void, (slot, UOp(op, red.dtype, (current, value))))
-    done = end_ranges(update, ranges)
+    for term in serial_terms(value, op): current = accumulate(ctx, op, current, term)
+    done = end_ranges(UOp(Ops.STORE, dtypes.void, (slot, current)), ranges)
     return UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, acc.dtype, (acc.after(done), zero)),))
+
+
+def serial_terms(value: UOp, op: Ops) -> list[UOp]:
+    """The terms a SERIAL chain (expand.py: an unrolled reduce axis) hands its accumulator, first to last; [value]
+    for any other value."""
+    terms: list[UOp] = []
+    while value.op is op and value.arg == SERIAL:
+        terms.append(value.src[1])
+        value = value.src[0]
+    return [value, *reversed(terms)]
+
+
+def accumulate(ctx: LowerContext, op: Ops, current: UOp, term: UOp) -> UOp:
+    """The accumulator after one more term: by fused multiply-add for a float product when `contract` (a
+    forward-mode product keeps its test for a zero factor: renderer/cstyle.render_tangent_product)."""
+    if ctx.contract and op is Ops.ADD and term.op is Ops.MUL and term.arg != TANGENT and term.dtype.is_float:
+        return UOp(Ops.MULACC, current.dtype, (*term.src, current))
+    return UOp(op, current.dtype, (current, term))
 
 
 def close_store_ranges(sink: UOp) -> UOp | None:

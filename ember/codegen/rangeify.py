@@ -31,7 +31,7 @@ from ember.codegen.stores import split_stores
 from ember.dtype import DType, PtrDType, dtypes
 from ember.helpers import UNROLL, strides_for_shape
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
-from ember.uop.symbolic import build_sum, simplify, split_sum, symbolic
+from ember.uop.symbolic import affine_step, build_sum, simplify, split_sum, symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 from ember.variables import Sint, is_symbolic, max_count
 
@@ -207,6 +207,39 @@ def index_movement(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...
     if not inside.vmax: return UOp.const(x.dtype, 0)
     if inside.vmin: return read(src, valid, moved)
     return inside.where(read(src, *ctx.simplify((valid & inside,)), moved), UOp.const(x.dtype, 0))
+
+
+WINDOW_LANES = 4  # a window's output row splits into vectors of at least this many lanes (a 14-wide one does not)
+
+
+def stride_one_window(pad: UOp, consumers: dict[UOp, list[UOp]]) -> bool:
+    """Whether the reads of `pad` through the chain of movement ops above it (a convolution's or a pool's windows)
+    step by one along its last axis with every loop that moves them: ox + kx, not 2 * ox + kx (a strided window)
+    or ox + 2 * kx (a dilated one), and the output row splits into vectors (a multiple of WINDOW_LANES wide). Along
+    such an axis the vector lanes of the reader's loads are consecutive, and once the window's axis is unrolled
+    the padding's gates settle lane by lane (codegen/heuristic.py), so the reader needs no padded copy. False where
+    the chain branches or a read is never inside."""
+    top = pad
+    while len(consumers.get(top, ())) == 1 and (c := consumers[top][0]).op in GroupOp.Movement: top = c
+    chain: list[UOp] = []
+    node = top
+    while node is not pad: chain.append(node); node = node.src[0]
+    if not chain or is_symbolic(top.shape) or is_symbolic(pad.shape): return False
+    ctx = RangeifyContext(dtypes.int32)
+    idx = loops = tuple(ctx.new_range(s, AxisKind.LOOP) for s in top.shape)
+    for x in chain:
+        out = index_movement(ctx, x, UOp.const(dtypes.bool, True), idx)
+        if out.op is Ops.WHERE: out = out.src[1]
+        if out.op is not Ops.INDEX: return False
+        idx = out.src[2:]
+    last = idx[-1]
+    if not last.ranges or any(affine_step(last, r) != 1 for r in last.ranges): return False
+    # the vector lanes go on the longest such loop: an output (ox + kx of a convolution), not a reduced one (the
+    # gradient of its weight sums over ox: lanes of one accumulator, whose gates only copies of kx would settle)
+    reduced = {i for c in consumers.get(top, ()) for r in [c, *consumers.get(c, ())][:2] if r.op is Ops.REDUCE_AXIS
+               and r.src[0].shape == top.shape for i in r.arg[1]}
+    longest = max(last.ranges, key=lambda r: r.src[0].arg)
+    return loops.index(longest) not in reduced and longest.src[0].arg % WINDOW_LANES == 0
 
 
 def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:

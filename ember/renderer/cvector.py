@@ -92,6 +92,11 @@ def render_gep(ctx: dict[UOp, str], x: UOp) -> str:
 
 def render_load(ctx: dict[UOp, str], x: UOp, idx: UOp) -> str:
     if idx.dtype.addrspace is AddrSpace.REG: return f"*{ctx[idx]}"  # an accumulator
+    if len(x.src) > 1:  # a gate per lane (expand.partial_load): the lanes it leaves out read no memory, hold 0
+        bits = 8 * x.dtype.itemsize
+        lanes = ",".join(("-1" if g.arg else "0") if g.op is Ops.CONST else f"-(int{bits}_t)({ctx[g]})"
+                         for g in x.src[1:])
+        return f"load_part_{c_type(x.dtype)}({ctx[idx]},(i{bits}x{x.dtype.count}){{{lanes}}})"
     value = f"load_{c_type(x.dtype)}({ctx[idx]})"
     return value if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?{value}:({c_type(x.dtype)}){{0}})"
 
@@ -108,7 +113,7 @@ def render_tangent_product(ctx: dict[UOp, str], x: UOp) -> str | None:
 pm_render_vector = PatternMatcher([
     (UPat(Ops.GEP, name="x"), render_gep),
     (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: f"(({c_type(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"),
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_load),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x", allow_any_len=True), render_load),
     (UPat(Ops.MAX, name="x"), render_max),
     (UPat(Ops.WHERE, name="x"), lambda ctx, x: select(ctx[x.src[0]], ctx[x.src[1]], ctx[x.src[2]], x.dtype)),
     (UPat(Ops.MULACC, name="x"), lambda ctx, x: "fma_{}({},{},{})".format(c_type(x.dtype), *(ctx[s] for s in x.src))),
@@ -130,8 +135,9 @@ def vector_prelude(uops: list[UOp]) -> str:
             types.add(_signed(bits // 8).vec(u.dtype.count))
     for d in list(types): types.add(_signed(d.itemsize).vec(d.count))  # each value type's mask, for select
     fused = {u.dtype for u in uops if u.op is Ops.MULACC and u.dtype.count > 1}
+    partial = {u.dtype for u in uops if u.op is Ops.LOAD and len(u.src) > 1}
     lines = ["#if defined(__x86_64__) || defined(__i386__)", "#include <immintrin.h>", "#endif"] if any(
-        (d.scalar, d.count) in _FMA for d in fused) else []  # a large header (100 ms to compile): only for fma
+        (d.scalar, d.count) in _FMA for d in fused | partial) else []  # a large header (100 ms to compile)
     for d in sorted(types, key=lambda d: (d.itemsize, d.name, d.count)):
         t, e = c_type(d), VECTOR_NAMES[d.scalar][1]
         lines.append(f"typedef {e} {t} __attribute__((vector_size({d.nbytes})));")
@@ -145,7 +151,33 @@ def vector_prelude(uops: list[UOp]) -> str:
                 feature, intrinsic = _FMA[(d.scalar, d.count)]
                 lanes = f"\n#if defined({feature})\n  return {intrinsic}(a, b, c);\n#else\n  {lanes}\n#endif\n"
             lines.append(f"static inline {t} fma_{t}({t} a, {t} b, {t} c) {{ {lanes} }}")
+    lines += [partial_load(d) for d in sorted(partial, key=lambda d: (d.itemsize, d.name, d.count))]  # after masks
     return "\n".join(lines) + "\n" if lines else ""
+
+
+# x86 loads of the lanes a mask selects, which touch no memory in the others, by (scalar, lanes): the feature macro,
+# the call on (p, m), m's lanes all ones where read (AVX's maskload reads their top bit, AVX-512's a bit mask)
+_MASKED_LOAD = {
+    (dtypes.float32, 4): ("__AVX__", "_mm_maskload_ps(p, (__m128i)m)"),
+    (dtypes.float32, 8): ("__AVX__", "_mm256_maskload_ps(p, (__m256i)m)"),
+    (dtypes.float64, 2): ("__AVX__", "_mm_maskload_pd(p, (__m128i)m)"),
+    (dtypes.float64, 4): ("__AVX__", "_mm256_maskload_pd(p, (__m256i)m)"),
+    (dtypes.float32, 16): ("__AVX512F__",
+                           "_mm512_maskz_loadu_ps(_mm512_cmplt_epi32_mask((__m512i)m, _mm512_setzero_si512()), p)"),
+    (dtypes.float64, 8): ("__AVX512F__",
+                          "_mm512_maskz_loadu_pd(_mm512_cmplt_epi64_mask((__m512i)m, _mm512_setzero_si512()), p)"),
+}
+
+
+def partial_load(d: DType) -> str:
+    """`load_part_{t}(p, m)`: p's lanes where m is all ones, 0 elsewhere, reading no memory there (the lanes of a
+    window that fall on a padding outside the buffer)."""
+    t, e, m = c_type(d), VECTOR_NAMES[d.scalar][1], c_type(_signed(d.itemsize).vec(d.count))
+    lanes = f"{t} v = {{0}}; for (int i = 0; i < {d.count}; i++) if (m[i]) v[i] = p[i]; return v;"
+    if (d.scalar, d.count) in _MASKED_LOAD:
+        feature, call = _MASKED_LOAD[(d.scalar, d.count)]
+        lanes = f"\n#if defined({feature})\n  return ({t}){call};\n#else\n  {lanes}\n#endif\n"
+    return f"static inline {t} load_part_{t}(const {e}* p, {m} m) {{ {lanes} }}"
 
 
 def _signed(itemsize: int) -> DType:

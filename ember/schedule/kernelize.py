@@ -14,8 +14,10 @@ An elementwise value read by two kernels is recomputed in each unless it costs m
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
 and is broadcast is stored once, unless its readers recompute it for less than a kernel costs (is_cheap_to_recompute:
 eval BatchNorm's scale in a convolution's epilogue, attention's softmax weights read by a few columns). A padded
-value that is broadcast (a convolution's window over a padded input) is stored padded, so that its reader needs no
-gate per element: gates that differ from lane to lane make vector loads into gathers.
+value read through a window (a convolution's input) is read through gates when the window steps by one along a row
+its reader vectorizes (rangeify.stride_one_window: the gates then settle lane by lane), and is stored padded when it
+is large (PAD_GATE_SIZE), read by two kernels, or read through a strided window, whose gathered lanes would each
+need a gate.
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 A chain deeper than CUT_EVERY ALU ops is stored at each multiple of that depth (cut_deep_chains): C compilers take
 time quadratic in the length of a function.
@@ -30,7 +32,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ember.codegen.rangeify import branching_axes
+from ember.codegen.rangeify import branching_axes, stride_one_window
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import dtypes
 from ember.helpers import UNROLL, prod
@@ -43,6 +45,9 @@ BROADCAST_RECOMPUTE_SIZE = 64  # elements: a broadcast value this small is recom
 # are unrolled and share it); a larger dear one (a transcendental, or over RECOMPUTE_LIMIT ops) is stored once
 # unless it is cheap to recompute (is_cheap_to_recompute):
 EPILOGUE_SHARE = 16  # terms of a reader's reduction per op of the value: recomputed after it, at most 1/16 more work
+PAD_GATE_SIZE = 1 << 18  # elements: a padded input up to this size is read through gates by a stride-one window
+# (one kernel); above it, a padded copy, whose pass costs less beside the convolution than gates in its loads (16 x
+# 64 x 56 x 56, 3x3, interleaved: median 53 ms with the copy, 60 ms gated; 2 x 64 x 28 x 28: within noise)
 LOOP_RECOMPUTE_WORK = 1 << 17  # ALU ops a value may add recomputed in a loop: about a kernel launch and its buffer
 
 
@@ -340,7 +345,10 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
             realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
             # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
-        if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE: realized.add(u)
+        if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and \
+                (len(kernels) > 1 or max_count(u.shape) > PAD_GATE_SIZE or not stride_one_window(u, consumers)):
+            realized.add(u)  # stored padded: once for several kernels (a convolution and its weight's gradient),
+            # for a strided window (a gather of lanes then needs no gate per lane), or a large input
         readers[u], broadcast[u] = ({u}, False) if u in realized else (kernels, expanded)
         spread[u], in_loop[u] = times, looped
     # cut again over the final set: a node stored above changes the depths within kernels the first cuts counted

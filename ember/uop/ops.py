@@ -152,6 +152,8 @@ ConstType = float | int | bool
 BOUND = [False]  # set at the first bind: realize looks for variables in graphs only from then on (schedule/unbind)
 TANGENT = "tangent"  # the arg of the MUL, ADD and NEG that forward mode builds on tangents (ad/forward.py): in
 # them a zero is a structural zero, which the symbolic rules fold whatever it meets (pm_structural_zeros)
+SERIAL = "serial"  # the arg of the ADD/MUL/MAX chaining an unrolled reduction's terms (codegen/expand.py): the
+# accumulator takes them one after another, in the loop's order (codegen/lowerer.py)
 
 
 def arg_key(arg: Any) -> Any:

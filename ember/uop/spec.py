@@ -40,11 +40,18 @@ def reads_in_bounds(u: UOp) -> str | None:
     """After rangeify: a read or write with no gate (or a gate that is always true) has an offset whose bounds lie
     inside its buffer. The offset's loads and arithmetic run whatever a WHERE around them decides, so the gate
     that keeps a position in bounds must stay on the INDEX itself."""
-    if u.op is not Ops.INDEX or u.src[0].op is not Ops.DEFINE_GLOBAL: return None
-    if len(u.src) > 2 and not (u.src[2].op is Ops.CONST and u.src[2].arg): return None
-    offset, size = u.src[1], u.src[0].dtype.size  # type: ignore[attr-defined]  # a DEFINE_GLOBAL's is a PtrDType
-    if 0 <= offset.vmin and offset.vmax < size: return None
-    return f"an ungated access of buffer {u.src[0].arg} ({size} elements) at offsets {offset.vmin}..{offset.vmax}"
+    if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: return None
+    idx = u.src[0]
+    if idx.src[0].op is not Ops.DEFINE_GLOBAL: return None
+    if len(idx.src) > 2 and not (idx.src[2].op is Ops.CONST and idx.src[2].arg): return None
+    offset, size = idx.src[1], idx.src[0].dtype.size  # type: ignore[attr-defined]  # a DEFINE_GLOBAL's is a PtrDType
+    # a vector load with a gate per lane (codegen/expand.partial_load) reads only the lanes whose gate is true
+    lanes = u.src[1:] if u.op is Ops.LOAD else ()
+    if any(g.op is not Ops.CONST for g in lanes): return None
+    read = [i for i, g in enumerate(lanes) if g.arg] if lanes else [0]
+    lo, hi = offset.vmin + read[0], offset.vmax + read[-1]
+    if 0 <= lo and hi < size: return None
+    return f"an ungated access of buffer {idx.src[0].arg} ({size} elements) at offsets {lo}..{hi}"
 
 
 def no_reduce(u: UOp) -> str | None:

@@ -10,6 +10,7 @@ apply to integers only: reordering float arithmetic changes rounding.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
@@ -357,3 +358,21 @@ symbolic = pm_fold_constants + pm_identities + pm_canonical_ints + pm_fold_divmo
 def simplify(x: UOp) -> UOp:
     """`x` with the symbolic rules applied to a fixed point."""
     return graph_rewrite(x, symbolic)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def affine_step(x: UOp, rng: UOp) -> int | None:
+    """k where the integer x is f + rng*k with f free of rng (a sum whose terms hold rng only as rng or rng*c);
+    None otherwise."""
+    if x.dtype.is_float or x.dtype.is_bool: return None
+    terms, todo, step = [], [x], 0
+    while todo:
+        t = todo.pop()
+        if t.op is Ops.ADD: todo.extend(t.src)
+        else: terms.append(t)
+    for t in terms:
+        if rng not in t.ranges: continue
+        if t is rng: step += 1
+        elif t.op is Ops.MUL and t.src[0] is rng and t.src[1].op is Ops.CONST: step += t.src[1].arg
+        else: return None
+    return step

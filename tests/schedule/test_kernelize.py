@@ -405,20 +405,39 @@ def test_an_output_another_output_reads_is_not_merged_into_its_kernel():
     np.testing.assert_array_equal(second.numpy(), np.array([f[1] * 2, f[0] + 1]) * f.sum())
 
 
-@pytest.mark.parametrize("padding, kernels", [(1, 2), (0, 1)])
-def test_a_padded_input_read_by_a_window_is_stored_padded(padding: int, kernels: int):
-    """conv2d with padding: the padded input gets a buffer of its own, so the convolution reads it without a gate
-    per element (gates differ from lane to lane, which turned its vector loads into gathers: 1.2 s -> 60 ms for
-    16x64x56x56, 3x3)."""
+@pytest.mark.parametrize("padding, stride, kernels", [(1, 1, 1), (0, 1, 1), (1, 2, 2), (3, 1, 1)])
+def test_a_padded_input_is_stored_padded_only_for_a_strided_window(padding: int, stride: int, kernels: int):
+    """conv2d with padding: a stride-one window reads the input through the padding's gates, in one kernel (the
+    heuristic unrolls kx so that the gates settle lane by lane: whole or partial vector loads, codegen/expand.py);
+    a strided window (2 * ox + kx: a gather of lanes) reads a padded copy, without gates."""
     rng = np.random.default_rng(3)
-    x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
-    out = Tensor(x).conv2d(Tensor(w), padding=padding)
+    k = 2 * padding + 1 if padding else 3
+    x, w = rng.standard_normal((2, 3, 20, 20)).astype(np.float32), rng.standard_normal((4, 3, k, k)).astype(np.float32)
+    out = Tensor(x).conv2d(Tensor(w), padding=padding, stride=stride)
     items = out.schedule()
     assert len(items) == kernels
-    gated = [u for u in rangeify(items[-1].ast).toposort() if u.op is Ops.INDEX and len(u.src) > 2]
-    assert not gated, "the convolution's reads carry no padding gate"
-    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding).numpy()
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    if kernels == 2:
+        gated = [u for u in rangeify(items[-1].ast).toposort() if u.op is Ops.INDEX and len(u.src) > 2]
+        assert not gated, "the strided convolution's reads carry no padding gate"
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding, stride=stride)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_padded_input_read_by_two_kernels_is_stored_once():
+    """A convolution and its weight's gradient both read the padded input: one padded copy serves both (and the
+    gradient, which sums over ox, gets lanes no gate would settle)."""
+    rng = np.random.default_rng(4)
+    xn = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    wn = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    out = x.conv2d(w, padding=1)
+    out.square().sum().backward()
+    items = Tensor.schedule(out, w.grad)
+    assert [it.ast.src[0].src[1].op for it in items].count(Ops.PAD) == 1  # the copy: a kernel storing the PAD
+    tx, tw = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+    torch.nn.functional.conv2d(tx, tw, padding=1).square().sum().backward()
+    Tensor.realize(out, w.grad)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("m, k, n, copies", [(128, 96, 112, 1), (16, 24, 8, 0)])
