@@ -153,10 +153,12 @@ def gated_beside(nodes: list[UOp], axes: list[UOp], reduces: list[UOp]) -> list[
               if any(a in t.ranges for a in axes)]
     loops = [set(u.src[1:]) for u in nodes if u.op is Ops.REDUCE]  # a loop split in segments: a REDUCE per piece
     picked: list[UOp] = []
-    for a in reduces:
-        copies = max((prod(range_size(b) for b in picked if b in nest) for nest in loops if a in nest), default=1)
-        if fixed(a) and any(a in t.ranges for t in beside) and copies * range_size(a) <= SETTLED_UNROLL:
-            picked.append(a)
+    for nest in loops:  # innermost first, stopping at the first that is not unrolled: the copies then add in the
+        for a in sorted(nest, key=lambda r: r.arg.axis, reverse=True):  # loops' order (expand: a SERIAL chain)
+            copies = prod(range_size(b) for b in picked if b in nest)
+            if a not in reduces or not fixed(a) or not any(a in t.ranges for t in beside) or \
+                    copies * range_size(a) > SETTLED_UNROLL: break
+            if a not in picked: picked.append(a)
     return picked
 
 

@@ -525,7 +525,13 @@ def simplify_gated_value(x: UOp, gate: UOp, a: UOp, b: UOp) -> UOp | None:
     that then differ by a constant, decide_equal_remainders). Loads stay as they are (see simplify_gated_index);
     nothing is done unless `a` divides a gated node."""
     if not divides(a) or not any(r in a.ranges for r in gate_bounds(gate)): return None
-    simpler = simplify_under(gate, a)
+    if a.dtype.is_int: simpler = simplify_under(gate, a)
+    else:  # only the integer parts that divide: the float value around them (a jacobian's primal) is left unwalked
+        walked = a.toposort(descend=divides)
+        readers = {s: u for u in walked for s in u.src}
+        parts = [u for u in walked if u.dtype.is_int and divides(u) and not readers[u].dtype.is_int]
+        if not (changed := {u: v for u in parts if (v := simplify_under(gate, u)) is not u}): return None
+        simpler = substitute(a, changed)
     return None if simpler is a else b if simpler is b else x.replace(src=(gate, simpler, b))
 
 

@@ -20,6 +20,7 @@ import jinja2
 import numpy as np
 
 from ember.codegen import get_program, kernel_name
+from ember.codegen.opt import MAX_THREADS
 from ember.device import Buffer
 from ember.dtype import DType, dtypes
 from ember.export.cpp_names import check_cpp_name, cpp_arg_names
@@ -89,6 +90,9 @@ class CppRenderer(CRenderer):
     kernel_attribute = "EMBER_KERNEL "  # defined in module.cpp.j2
     matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp)]) + pm_libm_global + pm_render_c
 
+    def render_task(self, name: str, uops: list[UOp]) -> str:
+        return ""  # a threaded kernel's slices are called by ember_parallel (module.cpp.j2), not by a pool's entry
+
 
 @dataclass
 class _Buf:
@@ -147,7 +151,7 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
         ref[id(b)] = f"reinterpret_cast<{c_type(b.dtype)}*>(ws + {offset})"
         offset += -(-max(b.nbytes, 1) // 16) * 16
     kernels: list[dict[str, str]] = []
-    by_ast: dict[UOp, str] = {}
+    by_ast: dict[UOp, tuple[str, int]] = {}
 
     def emit(items: list[Any], depth: int) -> list[str]:
         """The statements running `items`; a loop's body indented in its `for`, x read in place from xs."""
@@ -157,9 +161,16 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
                 lines += _loop_lines(item, depth, ref, emit)
                 continue
             if item.ast not in by_ast:
-                by_ast[item.ast] = kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
-                kernels.append({"name": kname, "source": get_program(item.ast, renderer, kname).src.rstrip()})
-            lines.append(f"{by_ast[item.ast]}({', '.join(ref[id(b)] for b in item.bufs)});")
+                kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
+                spec = get_program(item.ast, renderer, kname)
+                by_ast[item.ast] = (kname, spec.threads)
+                kernels.append({"name": kname, "source": spec.src.rstrip()})
+            kname, threads = by_ast[item.ast]
+            args = ", ".join(ref[id(b)] for b in item.bufs)
+            # a kernel the heuristic split across cores (renderer.cores > 1): its slices on threads of their own; the
+            # slice is EMBER_KERNEL too, or g++ contracts the kernel inlined into it into FMAs (other last bits)
+            lines.append(f"{kname}({args});" if threads == 1 else
+                         f"ember_parallel({threads}, [&](int32_t core) EMBER_KERNEL {{ {kname}({args}, core); }});")
         return lines
 
     body = emit(plan.items, 0)
@@ -214,26 +225,31 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("ember.export", "templates
                           lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
-def module_context(name: str, functions: list[NumericalFunction], make_ws: bool = True) -> dict[str, Any]:
+def module_context(name: str, functions: list[NumericalFunction], make_ws: bool = True,
+                   threads: int = 1) -> dict[str, Any]:
     """What the templates are rendered from: the module name, one model per function, the prelude. Without
     `make_ws` (the Python extension, which has its own workspace) the module needs no <memory>, whose parsing
-    was half of a small function's compile time."""
+    was half of a small function's compile time. With `threads` > 1, a kernel with enough work (a large vmap:
+    codegen/heuristic.THREAD_WORK iterations) runs in that many slices on std::threads."""
     check_cpp_name(name, "generate_module", global_scope=True)
     if len({f.name for f in functions}) != len(functions):
         raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
-    renderer = CppRenderer()
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"generate_module: threads must be an int from 1 to {MAX_THREADS}, got {threads!r}")
+    renderer = CppRenderer(cores=threads)
     models = [_function_model(f, renderer) for f in functions]
     defined = {k["name"] for m in models for k in m["kernels"]} | {c["name"] for m in models for c in m["constants"]}
     if clashes := sorted(defined & {f.name for f in functions}):
         raise ValueError(f"generate_module: functions {clashes} are named as another function's kernel or constant; "
                          f"rename them")
     return {"module": name, "functions": models, "make_ws": make_ws,
+            "threaded": any("ember_parallel(" in line for m in models for line in m["body"]),
             "prelude": prelude_for("\n".join(k["source"] for m in models for k in m["kernels"]))}
 
 
-def render_module(name: str, functions: list[NumericalFunction]) -> tuple[str, str]:
-    """(header, source) of the C++ module `name` holding `functions`."""
-    ctx = module_context(name, functions)
+def render_module(name: str, functions: list[NumericalFunction], threads: int = 1) -> tuple[str, str]:
+    """(header, source) of the C++ module `name` holding `functions` (`threads`: see module_context)."""
+    ctx = module_context(name, functions, threads=threads)
     return render_templates(ctx)
 
 
@@ -244,9 +260,12 @@ def render_templates(ctx: dict[str, Any]) -> tuple[str, str]:
     return _ENV.get_template("module.hpp.j2").render(ctx), source
 
 
-def generate_module(name: str, functions: list[NumericalFunction], outdir: str) -> tuple[str, str]:
-    """Write `name.hpp` and `name.cpp` into `outdir`; returns their paths."""
-    header, source = render_module(name, functions)
+def generate_module(name: str, functions: list[NumericalFunction], outdir: str, threads: int = 1
+                    ) -> tuple[str, str]:
+    """Write `name.hpp` and `name.cpp` into `outdir`; returns their paths. `threads` > 1 splits the kernels with
+    enough work (a large vmap) across that many std::threads, as CasADi's map('thread', n) does: the module then
+    needs <thread> (standard C++; link with -pthread where the platform asks for it). 1: no threads, as before."""
+    header, source = render_module(name, functions, threads)
     os.makedirs(outdir, exist_ok=True)
     paths = (os.path.join(outdir, f"{name}.hpp"), os.path.join(outdir, f"{name}.cpp"))
     for path, text in zip(paths, (header, source), strict=True):
