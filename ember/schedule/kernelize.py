@@ -13,7 +13,8 @@ instead, so the chain runs once inside the reduce kernel.
 An elementwise value read by two kernels is recomputed in each unless it costs more than RECOMPUTE_LIMIT ALU ops;
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
 and is broadcast is stored once, unless its readers recompute it for less than a kernel costs (is_cheap_to_recompute:
-eval BatchNorm's scale in a convolution's epilogue, attention's softmax weights read by a few columns). A padded
+eval BatchNorm's scale in a convolution's epilogue, attention's softmax weights read by a few columns, a vmapped
+jacobian's primal values shared by the entries of their point within one loop iteration). A padded
 value read through a window (a convolution's input) is read through gates when the window steps by one along a row
 its reader vectorizes (rangeify.stride_one_window: the gates then settle lane by lane), and is stored padded when it
 is large (PAD_GATE_SIZE), read by two kernels, or read through a strided window, whose gathered lanes would each
@@ -279,17 +280,32 @@ def reduce_terms(root: UOp, realized: set[UOp], memo: dict[UOp, int]) -> int:
     return terms
 
 
+def loop_iterations(k: UOp, memo: dict[UOp, int]) -> int:
+    """How many iterations the loops of the kernel storing `k` run: its elements over those of the axes rangeify
+    unrolls (a vmapped jacobian's (points, 4, 4): one iteration per point, its 16 entries in straight-line code)."""
+    if k not in memo:
+        value = k.src[0] if k.op is Ops.CONTIGUOUS else k
+        unrolled = branching_axes(value, k.shape)
+        memo[k] = max_count(tuple(s for a, s in enumerate(k.shape) if a not in unrolled))
+    return memo[k]
+
+
 def is_cheap_to_recompute(u: UOp, cost: int, times: float, looped: bool, kernels: set[UOp], realized: set[UOp],
-                          terms: dict[UOp, int]) -> bool:
+                          terms: dict[UOp, int], iterations: dict[UOp, int]) -> bool:
     """A dear broadcast value (see find_realized) costs less computed by each reader than stored by a kernel of its
     own, when the whole schedule is counted:
 
+    - read by kernels whose loops run no more iterations than it has elements, the copies of the broadcast being
+      unrolled positions of one iteration (a vmapped jacobian's primal values, each read by the 4 x 4 entries of
+      its point): computed once per iteration and shared by them, it is not recomputed at all;
     - read after its readers' reductions (an epilogue: eval BatchNorm's 1/sqrt(var + eps) scaling a convolution),
       each output element computes it once beside a reduction of at least EPILOGUE_SHARE times its ops: a few
       percent of that kernel's work, against a kernel launch and a buffer;
     - read inside a reduction's loop (attention's softmax weights in weights @ v, each weight read by the head's
       d columns), `times` copies of it cost (times - 1) * its elements * its ops more: recomputed while that stays
       under LOOP_RECOMPUTE_WORK, what a kernel of its own costs to launch and to stream its buffer through."""
+    if not looped and kernels and all(loop_iterations(k, iterations) <= max_count(u.shape) for k in kernels):
+        return True
     if cost > RECOMPUTE_LIMIT: return False  # a random number's rounds (rand(m, k) @ rand(k, n)) never are
     if not looped: return bool(kernels) and all(reduce_terms(k, realized, terms) >= EPILOGUE_SHARE * cost
                                                 for k in kernels)
@@ -322,6 +338,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     in_loop: dict[UOp, bool] = {}  # a reduction's loop reads this value (computed once per step)
     straight: dict[UOp, bool] = {}  # the kernel of this realized node unrolls every output axis (recomputed)
     terms: dict[UOp, int] = {}  # terms per output element of the reduction a realized node's kernel runs
+    iterations: dict[UOp, int] = {}  # iterations of the loops of a realized node's kernel (loop_iterations)
     for u in reversed(order):
         if u.op is Ops.SINK: continue
         kernels: set[UOp] = set()
@@ -341,7 +358,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
             realized.add(u)  # a reduction (or the chain it ends) stored once, not computed per padded position
         if u.op in GroupOp.Elementwise and expanded and (dear[u] or cost[u] > RECOMPUTE_LIMIT) and \
                 max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and \
-                not is_cheap_to_recompute(u, cost[u], times, looped, kernels, realized, terms):
+                not is_cheap_to_recompute(u, cost[u], times, looped, kernels, realized, terms, iterations):
             realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
             # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)

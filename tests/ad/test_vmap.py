@@ -215,6 +215,26 @@ def test_vmap_of_a_jacobian_matches_torch():
     assert got.shape == (N, 3, 5) and scaled_error(got, want) < TOL
 
 
+def test_a_vmapped_jacobian_of_straight_line_code_is_one_kernel():
+    """The jacobian of an RK4 step of a pendulum (2 states, sin and cos), vmapped over many points: each primal value
+    is broadcast over the directions, whose entries the kernel stores unrolled, one loop iteration per point. It is
+    computed once per iteration and shared, so nothing is stored by a kernel of its own (it was 6 kernels, each a
+    pass over every point). Values as torch.func's vmap of jacrev."""
+    def step(s, sin, cos, stack):
+        def f(a, b): return (b, -9.81 * sin(a) - 0.1 * b * cos(a))
+        k1 = f(s[0], s[1])
+        k2 = f(s[0] + 0.05 * k1[0], s[1] + 0.05 * k1[1])
+        return stack([s[0] + 0.05 * (k1[0] + k2[0]), s[1] + 0.05 * (k1[1] + k2[1])])
+    points = 4096
+    f = NumericalFunction("pendulum_step", lambda s: step(s, Tensor.sin, Tensor.cos, lambda v: Tensor.stack(*v)),
+                          [Arg(2)])
+    g = ad.vmap(ad.jacobian(f), axis_size=points)
+    assert len(g.plan.items) == 1
+    x = RNG.standard_normal((points, 2))
+    want = torch.func.vmap(torch.func.jacrev(lambda s: step(s, torch.sin, torch.cos, torch.stack)))(T(x)).numpy()
+    assert scaled_error(g(x), want) < TOL
+
+
 def test_vmap_of_a_hessian_with_constants_is_exact():
     """0.5 x.Ax + b.x + sum exp(k x) has the hessian (A + A^T)/2 + diag(k^2 exp(k x)) at every batch element."""
     x = BY_NAME["captured_constants"].inputs()[0]
