@@ -1,7 +1,7 @@
 """ember's numerical functions against CasADi and JAX: per-call time from Python and from C++, and first-call latency.
 
 Run: python bench/numerical.py            (about 10 minutes; peers: pip install casadi jax jaxlib)
-     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g or h)
+     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, v or h)
 
 Cases, all float64:
   a      energy sum(0.5 x^2), x in R^3: the cost of a call itself
@@ -19,6 +19,8 @@ Cases, all float64:
          intervals: 152 unknowns (angle and rate at 51 nodes, a torque per interval), 104 equality constraints
          (100 continuity defects, angle and rate at both ends); ember.ad.sphessian wrt the unknowns: a full 3 x 3
          block (angle, rate, torque) per interval, 450 nonzeros
+  v      the 4 x 4 jacobian of one cart-pole RK4 step by its state, ember.ad.vmap over 100,000 points: ember's C++
+         on 2 threads (generate_module threads=2) against CasADi's map(N, 'serial') (issue 27: at most 0.6x)
   h      O(n) check of ember.ad.gradient: sum(sin(x[:n] * x[n])) for n = 100 to 1600, per-call time from Python
          and its growth per doubling of n (CasADi's for reference): a table of its own
 CasADi builds each case in SX with its sparse jacobian/hessian; JAX with jax.jacrev/jacfwd/hessian (dense), the
@@ -82,6 +84,7 @@ JAC_LIMIT = 120.0  # s for ember's f-jac process (3-4 s with the fold; unrolled,
 SWINGUP_INTERVALS, SWINGUP_TIME = 50, 2.5  # s
 PENDULUM_GRAVITY, PENDULUM_DAMPING = 9.81, 0.1  # g / l in 1/s^2, damping in 1/s
 GRADIENT_SIZES = (100, 200, 400, 800, 1600)
+VMAP_POINTS, VMAP_THREADS = 100_000, 2  # case v: points, and the threads of ember's C++ (CasADi's map is serial)
 # ember's kernels as exported keep the Python call's bits (no a*b + c fused into an FMA, see module.cpp.j2); the
 # ember+FMA column compiles the same code with this EMBER_KERNEL, which lets g++ fuse as it does CasADi's code
 FMA_KERNEL = '__attribute__((optimize("no-tree-slp-vectorize", "vect-cost-model=dynamic")))'
@@ -135,12 +138,54 @@ class Case:
     jax: Callable[[Any, Any], Callable[..., Any]]  # (jax, jax.numpy) -> function to jit
     limited: bool = False  # ember's version is the dense fallback: give its process --dense-limit seconds
     limit: float = 600.0  # seconds for ember's process otherwise
+    threads: int = 1  # ember's C++ module splits its large kernels across this many threads (generate_module)
+    to_casadi: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None  # the inputs in CasADi's layout
+    from_casadi: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None  # its outputs in ember's, to compare
 
 
 # ---- the models, written once per framework ----
 
 def cartpole_inputs() -> list[np.ndarray]:
     return [np.array([0.0, 0.0, 0.2, 0.0]), 2.0 * np.cos(np.linspace(0.0, np.pi, STEPS))]
+
+
+def vmap_inputs() -> list[np.ndarray]:
+    """VMAP_POINTS cart-pole states and forces, one row per point."""
+    k = np.arange(VMAP_POINTS)
+    return [0.3 * np.sin(0.37 * k[:, None] + np.arange(4)), 2.0 * np.cos(0.11 * k)]
+
+
+def ember_vmap() -> tuple[list[Any], str]:
+    """The 4x4 jacobian of one cart-pole RK4 step by the state, vmapped over the points."""
+    import cartpole
+
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+
+    def stage(state: Tensor, force: Tensor) -> Tensor:
+        return Tensor.stack(*cartpole.rk4_step(tuple(state[i] for i in range(4)), force, Tensor.sin, Tensor.cos))
+    step = NumericalFunction("stage", stage, [Arg(4), Arg(())])
+    return [ember.ad.vmap(ember.ad.jacobian(step), axis_size=VMAP_POINTS)], \
+        f"vmap(jacobian) over {VMAP_POINTS} points; C++ on {VMAP_THREADS} threads"
+
+
+def casadi_vmap(ca: Any) -> Any:
+    """The same jacobian as an SX function mapped serially (CasADi's map(N, 'serial')): 4 x N states and 1 x N
+    forces in, each point's jacobian as 16 entries (row by row) of a 16 x N result."""
+    import cartpole
+    x, u = ca.SX.sym("x", 4), ca.SX.sym("u")
+    out = ca.vertcat(*cartpole.rk4_step(tuple(x[i] for i in range(4)), u, ca.sin, ca.cos))
+    point = ca.Function("point", [x, u], [ca.reshape(ca.jacobian(out, x).T, 16, 1)])
+    return point.map(VMAP_POINTS, "serial")
+
+
+def jax_vmap(jax: Any, jnp: Any) -> Callable[..., Any]:
+    import cartpole
+
+    def stage(state: Any, force: Any) -> Any:
+        return jnp.stack(cartpole.rk4_step(tuple(state[i] for i in range(4)), force, jnp.sin, jnp.cos))
+    return jax.vmap(jax.jacfwd(stage))
 
 
 def ember_cartpole(with_jacobians: bool) -> tuple[list[Any], str]:
@@ -419,6 +464,9 @@ def cases() -> list[Case]:
              lambda ca: casadi_quadrotor(ca, True), lambda jax, jnp: jax_quadrotor(jax, jnp, True), limit=JAC_LIMIT),
         Case("g", f"pendulum swing-up hessian, N={SWINGUP_INTERVALS}", swingup_inputs(), ember_swingup,
              casadi_swingup, jax_swingup),
+        Case("v", f"vmap cart-pole jacobian, {VMAP_POINTS} pts", vmap_inputs(), ember_vmap, casadi_vmap, jax_vmap,
+             threads=VMAP_THREADS, to_casadi=lambda xs: [xs[0].T, xs[1][None, :]],
+             from_casadi=lambda outs: [o.T for o in outs]),
     ]
 
 
@@ -462,8 +510,8 @@ def time_native(folder: str, natives: Sequence[NativeCall]) -> list[float]:
         fh.write(TIMING_MAIN.format(includes="\n".join(n.include for n in natives),
                                     body="\n".join(line for n in natives for line in n.setup), calls=lambdas))
     exe = os.path.join(folder, "timing")
-    compile_cxx([main, *(src for n in natives for src in n.sources)], exe, [f"-I{os.path.dirname(n.sources[0])}"
-                                                                            for n in natives])
+    compile_cxx([main, *(src for n in natives for src in n.sources)], exe, ["-pthread"] + [
+        f"-I{os.path.dirname(n.sources[0])}" for n in natives])  # -pthread: a module on threads (case v)
     out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
     return [float(line) for line in out.split()]
 
@@ -502,7 +550,7 @@ def measure_ember(case: Case, folder: str) -> None:
     natives = {}
     for kind, attribute in (("native", None), ("native_fma", FMA_KERNEL)):  # as exported; with FMAs allowed
         module = f"ember_{case.key.replace('-', '_')}" + ("_fma" if attribute else "")
-        generate_module(module, fns, folder)
+        generate_module(module, fns, folder, threads=case.threads)
         source = os.path.join(folder, f"{module}.cpp")
         if attribute:  # the same file, compiled with EMBER_KERNEL defined first
             with open(unit := os.path.join(folder, f"{module}_unit.cpp"), "w") as fh:
@@ -582,20 +630,22 @@ def measure_casadi(case: Case, ca: Any, folder: str) -> dict[str, Any]:
     compile_cxx([os.path.join(folder, f"{name}.cpp")], library, ["-shared", "-fPIC"])
     built = time.perf_counter() - start
     compiled = ca.external(function.name(), library)
-    compiled(*case.inputs)
+    inputs = case.to_casadi(case.inputs) if case.to_casadi else case.inputs
+    compiled(*inputs)
     first = time.perf_counter() - start
-    outputs = function(*case.inputs)
+    outputs = function(*inputs)
     outputs = [np.asarray(o.full()) for o in (outputs if isinstance(outputs, (tuple, list)) else [outputs])]
-    python = per_call(lambda: function(*case.inputs))
-    python_compiled = per_call(lambda: compiled(*case.inputs))
+    if case.from_casadi: outputs = case.from_casadi(outputs)
+    python = per_call(lambda: function(*inputs))
+    python_compiled = per_call(lambda: compiled(*inputs))
     fn = function.name()
     # CasADi's C code reads a matrix argument column by column
-    setup = [c_array(f"c_in{i}", np.asarray(a).reshape(-1, order="F")) for i, a in enumerate(case.inputs)]
+    setup = [c_array(f"c_in{i}", np.asarray(a).reshape(-1, order="F")) for i, a in enumerate(inputs)]
     setup += ["  casadi_int n_arg, n_res, n_iw, n_w;", f"  {fn}_work(&n_arg, &n_res, &n_iw, &n_w);",
               "  std::vector<const double*> arg(n_arg);", "  std::vector<double*> res(n_res);",
               "  std::vector<casadi_int> iw(n_iw);", "  std::vector<double> w(n_w);",
               f"  {fn}_incref();", f"  const int mem = {fn}_checkout();"]
-    setup += [f"  arg[{i}] = c_in{i};" for i in range(len(case.inputs))]
+    setup += [f"  arg[{i}] = c_in{i};" for i in range(len(inputs))]
     for k in range(function.n_out()):
         setup += [f"  std::vector<double> c_out{k}({max(function.nnz_out(k), 1)});", f"  res[{k}] = c_out{k}.data();"]
     native = NativeCall([os.path.join(folder, f"{name}.cpp")], f'#include "{name}.h"', setup,
@@ -712,7 +762,7 @@ def agreement(got: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g or h")
+    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, v or h")
     parser.add_argument("--dense-limit", type=float, default=30.0,
                         help="seconds for ember's process where it falls back to a dense derivative (default 30)")
     parser.add_argument("--ember-case", help=argparse.SUPPRESS)  # internal: measure one case's ember functions
