@@ -238,13 +238,13 @@ def test_a_term_absent_from_a_derivative_is_zero_even_beside_an_infinite_partial
     assert np.isnan(theirs([0.0, 3.0])[0, 1])
     np.testing.assert_allclose(ad.jacobian(f)(np.array([0.25, 3.0])), theirs([0.25, 3.0]), rtol=1e-15)
 def grid_residual(u: Tensor) -> Tensor:
-    """A 2-D Bratu-like residual on a 4x4 grid: the 5-point Laplacian with a zero boundary, plus exp(u)."""
+    """A 2-D Bratu-like residual on an n x n grid: the 5-point Laplacian with a zero boundary, plus exp(u)."""
     p = u.pad(((1, 1), (1, 1)))
     return p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4 * u + u.exp()
 
 
 def grid_jacobian(u: np.ndarray) -> np.ndarray:
-    """grid_residual's jacobian, (16, 16), written out: 1 for each neighbour, -4 + exp(u) on the diagonal."""
+    """grid_residual's jacobian, (n^2, n^2), written out: 1 for each neighbour, -4 + exp(u) on the diagonal."""
     n = u.shape[0]
     jac = np.zeros((n * n, n * n))
     for i in range(n):
@@ -259,19 +259,20 @@ def grid_jacobian(u: np.ndarray) -> np.ndarray:
 def test_a_zero_seed_met_at_run_time_by_an_infinite_partial_is_a_structural_zero(transform):
     """With one u = inf and one u = NaN, d exp(u)/du is inf and NaN there: only the diagonal entry of that element
     may be, every other entry is the finite one. The dense jacobian's seeds are zero in most directions, but not as
-    constants codegen can fold (a loop over the directions): the native code tests each tangent product at run time,
-    as the interpreter does (with the inf alone, 15 entries were NaN). The sparse one's stencil seeds fold to
-    constants (ad/sparse.py Lattice): no product is left to test."""
-    f = transform(NumericalFunction("grid", grid_residual, [Arg((4, 4))]))
-    u = np.linspace(-0.5, 0.5, 16).reshape(4, 4)
+    constants codegen can fold (a loop over the directions: 25 x 25 entries are more than rangeify unrolls): the
+    native code tests each tangent product at run time, as the interpreter does (with the inf alone, 15 entries of
+    the 4x4 grid's were NaN). The sparse one's stencil seeds fold to constants (ad/sparse.py Lattice): no product
+    is left to test."""
+    f = transform(NumericalFunction("grid", grid_residual, [Arg((5, 5))]))
+    u = np.linspace(-0.5, 0.5, 25).reshape(5, 5)
     u[1, 1], u[2, 3] = np.inf, np.nan
     assert ("tangent_product_f64(" in render_module("grid", [f])[1]) == (transform is ad.jacobian)
     f.compile()
-    dense = (lambda out: f.to_dense(out)) if isinstance(f, ad.SparseFunction) else (lambda out: out.reshape(16, 16))
+    dense = (lambda out: f.to_dense(out)) if isinstance(f, ad.SparseFunction) else (lambda out: out.reshape(25, 25))
     want = grid_jacobian(u)
     np.testing.assert_array_equal(dense(f(u)), want)
     np.testing.assert_array_equal(dense(f.interpret(u)), want)
-    assert np.isinf(want[5, 5]) and np.isnan(want[11, 11]) and np.isfinite(np.delete(want.ravel(), [85, 187])).all()
+    assert np.isinf(want[6, 6]) and np.isnan(want[13, 13]) and np.isfinite(np.delete(want.ravel(), [156, 338])).all()
 
 
 def test_a_vectorized_tangent_product_with_a_zero_factor_is_zero_beside_inf_and_nan():

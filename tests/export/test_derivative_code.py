@@ -1,0 +1,79 @@
+"""Derivative code shares its primal: the C++ of a jacobian or hessian calls sin and cos no more than twice as
+often as the function's own code, for an RK4 step of a 9-state model, its vmap and a fold of steps (issue 27).
+
+Oracle: the primal's rendered code (its transcendental calls), and torch.func for the values of the vmapped
+jacobian. A derivative that recomputed the primal per direction called them once per direction: the vmapped
+quadrotor step's jacobian looped over its 16 input columns with the whole reverse sweep in each iteration."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import ember.ad
+from ember import Tensor
+from ember.export import Arg, NumericalFunction, render_module
+from tests.helpers import scaled_error
+
+CALLS = re.compile(r"::(?:sin|cos)f?\(")
+
+
+STATES = 9  # 9 x 10 jacobian entries a point: more than helpers.UNROLL (64), which a loop over them once took
+
+
+def rk4_step(z, sin, cos, stack):
+    """One RK4 step (h = 0.05) of a ring of STATES pendulum-like states pulled by their neighbours and a shared
+    control z[STATES]: ds_i/dt = sin(s_{i-1}) cos(s_i) - 0.1 s_i + u."""
+    def slope(s):
+        return tuple(sin(s[i - 1]) * cos(s[i]) - 0.1 * s[i] + z[STATES] for i in range(STATES))
+    s = tuple(z[i] for i in range(STATES))
+    k1 = slope(s)
+    k2 = slope(tuple(a + 0.025 * b for a, b in zip(s, k1)))
+    k3 = slope(tuple(a + 0.025 * b for a, b in zip(s, k2)))
+    k4 = slope(tuple(a + 0.05 * b for a, b in zip(s, k3)))
+    return stack([a + 0.05 / 6 * (p + 2 * q + 2 * r + w) for a, p, q, r, w in zip(s, k1, k2, k3, k4)])
+
+
+def ember_step(z: Tensor) -> Tensor:
+    return rk4_step(z, Tensor.sin, Tensor.cos, lambda v: Tensor.stack(*v))
+
+
+def calls(f: NumericalFunction) -> int:
+    return len(CALLS.findall(render_module("m", [f])[1]))
+
+
+STEP = NumericalFunction("step", ember_step, [Arg(STATES + 1)])
+ENERGY = NumericalFunction("energy", lambda z: ember_step(z).square().sum(), [Arg(STATES + 1)])
+
+
+@pytest.mark.parametrize("name", ["jacobian", "vmap_jacobian", "hessian", "vmap_hessian"])
+def test_derivative_code_calls_transcendentals_at_most_twice_as_often_as_the_primal(name: str):
+    primal, derivative = {
+        "jacobian": (STEP, lambda: ember.ad.jacobian(STEP)),
+        "vmap_jacobian": (STEP, lambda: ember.ad.vmap(ember.ad.jacobian(STEP), axis_size=1000)),
+        "hessian": (ENERGY, lambda: ember.ad.hessian(ENERGY)),
+        "vmap_hessian": (ENERGY, lambda: ember.ad.vmap(ember.ad.hessian(ENERGY), axis_size=1000)),
+    }[name]
+    assert 0 < calls(derivative()) <= 2 * calls(primal)
+
+
+def test_a_fold_of_steps_jacobian_calls_transcendentals_at_most_twice_as_often():
+    def rollout(s: Tensor, us: Tensor) -> Tensor:
+        return ember.ad.fold(lambda st, u: ember_step(Tensor.cat(st, u.reshape(1))), s, us)
+    f = NumericalFunction("rollout", rollout, [Arg(STATES), Arg(20)])
+    assert calls(ember.ad.jacobian(f, (0, 1))) <= 2 * calls(f)
+
+
+def test_a_vmapped_jacobian_is_one_loop_with_the_values_of_torch():
+    """Its 9 x 10 entries per point are unrolled stores of one loop iteration: a loop over the 10 columns computed
+    every entry in each step and selected one (10x the work of the jacobian)."""
+    f = ember.ad.vmap(ember.ad.jacobian(STEP), axis_size=512)
+    src = render_module("m", [f])[1]
+    assert src.count("for (") == 1
+    z = np.random.default_rng(2).standard_normal((512, STATES + 1))
+    want = torch.func.vmap(torch.func.jacrev(lambda t: rk4_step(t, torch.sin, torch.cos, torch.stack)))(
+        torch.from_numpy(z)).numpy()
+    assert scaled_error(f(z), want) < 1e-12
