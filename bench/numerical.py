@@ -66,25 +66,54 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numerical_models import (  # this script's folder is first on sys.path
+    BRATU_SIZE,
+    CUBE_SIZE,
+    GRID_SIZE,
+    QUADROTOR_STEPS,
+    ROSENBROCK_SIZE,
+    STEPS,
+    SWINGUP_INTERVALS,
+    VMAP_POINTS,
+    VMAP_THREADS,
+    cartpole_inputs,
+    casadi_bratu,
+    casadi_bratu2d,
+    casadi_bratu3d,
+    casadi_cartpole,
+    casadi_quadrotor,
+    casadi_rosenbrock,
+    casadi_swingup,
+    casadi_vmap,
+    ember_bratu,
+    ember_bratu2d,
+    ember_bratu3d,
+    ember_cartpole,
+    ember_energy,
+    ember_quadrotor,
+    ember_rosenbrock,
+    ember_swingup,
+    ember_vmap,
+    jax_bratu,
+    jax_bratu2d,
+    jax_bratu3d,
+    jax_cartpole,
+    jax_quadrotor,
+    jax_rosenbrock,
+    jax_swingup,
+    jax_vmap,
+    quadrotor_inputs,
+    swingup_inputs,
+    vmap_inputs,
+)
 
 from ember.export.native import find_cxx
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 CXX = find_cxx() or "g++"  # the compiler ember's first call uses ($CXX, else g++, else clang++): CasADi gets it too
 CXX_FLAGS = ["-std=c++17", "-O2", "-march=native"]
-STEPS = 10  # cart-pole RK4 steps
-BRATU_SIZE, BRATU_LAMBDA = 1000, 1.0
-ROSENBROCK_SIZE = 100
-GRID_SIZE = 50  # 2-D Bratu: a GRID_SIZE x GRID_SIZE grid of unknowns
-CUBE_SIZE = 5  # 3-D Bratu: a CUBE_SIZE^3 grid of unknowns (its sparse jacobian took 102 s to build, issue 26)
-QUADROTOR_STEPS = 20  # lower it for a quick check of f-eval and f-jac
 JAC_LIMIT = 120.0  # s for ember's f-jac process (3-4 s with the fold; unrolled, from 12 steps on, codegen of the
 # jacobians took over a minute, 84 s at 12 steps for 14 MB of C++, and g++ far longer: 25+ min at 20 steps)
-SWINGUP_INTERVALS, SWINGUP_TIME = 50, 2.5  # s
-PENDULUM_GRAVITY, PENDULUM_DAMPING = 9.81, 0.1  # g / l in 1/s^2, damping in 1/s
 GRADIENT_SIZES = (100, 200, 400, 800, 1600)
-VMAP_POINTS, VMAP_THREADS = 100_000, 2  # case v: points, and the threads of ember's C++ (CasADi's map is serial)
 # ember's kernels as exported keep the Python call's bits (no a*b + c fused into an FMA, see module.cpp.j2); the
 # ember+FMA column compiles the same code with this EMBER_KERNEL, which lets g++ fuse as it does CasADi's code
 FMA_KERNEL = '__attribute__((optimize("no-tree-slp-vectorize", "vect-cost-model=dynamic")))'
@@ -141,297 +170,6 @@ class Case:
     threads: int = 1  # ember's C++ module splits its large kernels across this many threads (generate_module)
     to_casadi: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None  # the inputs in CasADi's layout
     from_casadi: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None  # its outputs in ember's, to compare
-
-
-# ---- the models, written once per framework ----
-
-def cartpole_inputs() -> list[np.ndarray]:
-    return [np.array([0.0, 0.0, 0.2, 0.0]), 2.0 * np.cos(np.linspace(0.0, np.pi, STEPS))]
-
-
-def vmap_inputs() -> list[np.ndarray]:
-    """VMAP_POINTS cart-pole states and forces, one row per point."""
-    k = np.arange(VMAP_POINTS)
-    return [0.3 * np.sin(0.37 * k[:, None] + np.arange(4)), 2.0 * np.cos(0.11 * k)]
-
-
-def ember_vmap() -> tuple[list[Any], str]:
-    """The 4x4 jacobian of one cart-pole RK4 step by the state, vmapped over the points."""
-    import cartpole
-
-    import ember.ad
-    from ember import Tensor
-    from ember.export import Arg, NumericalFunction
-
-    def stage(state: Tensor, force: Tensor) -> Tensor:
-        return Tensor.stack(*cartpole.rk4_step(tuple(state[i] for i in range(4)), force, Tensor.sin, Tensor.cos))
-    step = NumericalFunction("stage", stage, [Arg(4), Arg(())])
-    return [ember.ad.vmap(ember.ad.jacobian(step), axis_size=VMAP_POINTS)], \
-        f"vmap(jacobian) over {VMAP_POINTS} points; C++ on {VMAP_THREADS} threads"
-
-
-def casadi_vmap(ca: Any) -> Any:
-    """The same jacobian as an SX function mapped serially (CasADi's map(N, 'serial')): 4 x N states and 1 x N
-    forces in, each point's jacobian as 16 entries (row by row) of a 16 x N result."""
-    import cartpole
-    x, u = ca.SX.sym("x", 4), ca.SX.sym("u")
-    out = ca.vertcat(*cartpole.rk4_step(tuple(x[i] for i in range(4)), u, ca.sin, ca.cos))
-    point = ca.Function("point", [x, u], [ca.reshape(ca.jacobian(out, x).T, 16, 1)])
-    return point.map(VMAP_POINTS, "serial")
-
-
-def jax_vmap(jax: Any, jnp: Any) -> Callable[..., Any]:
-    import cartpole
-
-    def stage(state: Any, force: Any) -> Any:
-        return jnp.stack(cartpole.rk4_step(tuple(state[i] for i in range(4)), force, jnp.sin, jnp.cos))
-    return jax.vmap(jax.jacfwd(stage))
-
-
-def ember_cartpole(with_jacobians: bool) -> tuple[list[Any], str]:
-    import cartpole
-    fns = cartpole.build_functions(STEPS, with_jacobians)
-    if not with_jacobians: return fns, "rollout"
-    return [cartpole.with_jacobians(fns)], "one function: rollout, jacobian(argnum=(0, 1))"
-
-
-def casadi_cartpole(ca: Any, with_jacobians: bool) -> Any:
-    import cartpole
-    state, controls = ca.SX.sym("state", 4), ca.SX.sym("controls", STEPS)
-    final = ca.vertcat(*cartpole.simulate(tuple(state[i] for i in range(4)), [controls[k] for k in range(STEPS)],
-                                          ca.sin, ca.cos))
-    outs = [final, ca.jacobian(final, state), ca.jacobian(final, controls)] if with_jacobians else [final]
-    return ca.Function("cartpole", [state, controls], outs)
-
-
-def jax_cartpole(jax: Any, jnp: Any, with_jacobians: bool) -> Callable[..., Any]:
-    """The rollout as a lax.scan over the controls: JAX's idiom for a loop. The unrolled Python loop (as ember and
-    CasADi trace it) compiles in 20 s with jacobians and runs 4 to 10 times slower on XLA's CPU backend."""
-    import cartpole
-
-    def step(state: Any, force: Any) -> tuple[Any, None]:
-        return jnp.stack(cartpole.rk4_step(tuple(state[i] for i in range(4)), force, jnp.sin, jnp.cos)), None
-
-    def rollout(state: Any, controls: Any) -> Any: return jax.lax.scan(step, state, controls)[0]
-    if not with_jacobians: return rollout
-    return lambda state, controls: (rollout(state, controls), *jax.jacrev(rollout, argnums=(0, 1))(state, controls))
-
-
-def bratu_terms(x: Any, left: Any, right: Any, exp: Callable[[Any], Any]) -> Any:
-    """F_i = x_{i-1} - 2 x_i + x_{i+1} + h^2 lambda exp(x_i), with x_0 = x_{n+1} = 0 (left, right: the shifts)."""
-    h = 1.0 / (BRATU_SIZE + 1)
-    return left - 2.0 * x + right + h * h * BRATU_LAMBDA * exp(x)
-
-
-def ember_bratu() -> tuple[list[Any], str]:
-    import ember.ad
-    from ember import Tensor
-    from ember.export import Arg, NumericalFunction
-    n = BRATU_SIZE
-    f = NumericalFunction("bratu", lambda x: bratu_terms(x, x.pad((1, 0))[:n], x.pad((0, 1))[1:], Tensor.exp),
-                          [Arg(n)])
-    if hasattr(ember.ad, "spjacobian"): return [ember.ad.spjacobian(f)], "sparse: ember.ad.spjacobian"
-    return [ember.ad.jacobian(f)], "dense: ember.ad.jacobian (no ember.ad.spjacobian)"
-
-
-def casadi_bratu(ca: Any) -> Any:
-    x = ca.SX.sym("x", BRATU_SIZE)
-    residual = bratu_terms(x, ca.vertcat(0, x[:-1]), ca.vertcat(x[1:], 0), ca.exp)
-    return ca.Function("bratu", [x], [ca.jacobian(residual, x)])
-
-
-def jax_bratu(jax: Any, jnp: Any) -> Callable[..., Any]:
-    return jax.jacfwd(lambda x: bratu_terms(x, jnp.pad(x[:-1], (1, 0)), jnp.pad(x[1:], (0, 1)), jnp.exp))
-
-
-def rosenbrock_terms(head: Any, tail: Any) -> Any:
-    return 100.0 * (tail - head * head) ** 2 + (1.0 - head) ** 2
-
-
-def ember_rosenbrock() -> tuple[list[Any], str]:
-    import ember.ad
-    from ember.export import Arg, NumericalFunction
-    f = NumericalFunction("rosenbrock", lambda x: rosenbrock_terms(x[:-1], x[1:]).sum(), [Arg(ROSENBROCK_SIZE)])
-    if hasattr(ember.ad, "sphessian"): return [ember.ad.sphessian(f)], "sparse: ember.ad.sphessian"
-    return [ember.ad.hessian(f)], "dense: ember.ad.hessian (no ember.ad.sphessian)"
-
-
-def casadi_rosenbrock(ca: Any) -> Any:
-    x = ca.SX.sym("x", ROSENBROCK_SIZE)
-    return ca.Function("rosenbrock", [x], [ca.hessian(ca.sum1(rosenbrock_terms(x[:-1], x[1:])), x)[0]])
-
-
-def jax_rosenbrock(jax: Any, jnp: Any) -> Callable[..., Any]:
-    return jax.hessian(lambda x: jnp.sum(rosenbrock_terms(x[:-1], x[1:])))
-
-
-def ember_energy() -> tuple[list[Any], str]:
-    from ember.export import Arg, NumericalFunction
-    return [NumericalFunction("energy", lambda x: (0.5 * x ** 2).sum(), [Arg(3)])], "energy"
-
-
-def bratu2d_terms(x: Any, up: Any, down: Any, left: Any, right: Any, exp: Callable[[Any], Any]) -> Any:
-    """F_ij = the 5-point Laplacian of x (neighbours as shifted grids, zero beyond the edge) + h^2 lambda exp(x_ij)."""
-    h = 1.0 / (GRID_SIZE + 1)
-    return up + down + left + right - 4.0 * x + h * h * BRATU_LAMBDA * exp(x)
-
-
-def ember_bratu2d() -> tuple[list[Any], str]:
-    import ember.ad
-    from ember import Tensor
-    from ember.export import Arg, NumericalFunction
-    n = GRID_SIZE
-
-    def residual(x: Tensor) -> Tensor:
-        return bratu2d_terms(x, x.pad(((1, 0), (0, 0)))[:n], x.pad(((0, 1), (0, 0)))[1:],
-                             x.pad(((0, 0), (1, 0)))[:, :n], x.pad(((0, 0), (0, 1)))[:, 1:], Tensor.exp)
-    return [ember.ad.spjacobian(NumericalFunction("bratu2d", residual, [Arg((n, n))]))], "sparse: ember.ad.spjacobian"
-
-
-def casadi_bratu2d(ca: Any) -> Any:
-    """The grid as an n x n SX matrix; the jacobian of the row-major flattened residual by the row-major flattened
-    grid (CasADi flattens column by column), as ember's."""
-    n = GRID_SIZE
-    x, rows, cols = ca.SX.sym("x", n, n), ca.SX.zeros(1, n), ca.SX.zeros(n, 1)
-    residual = bratu2d_terms(x, ca.vertcat(rows, x[:-1, :]), ca.vertcat(x[1:, :], rows), ca.horzcat(cols, x[:, :-1]),
-                             ca.horzcat(x[:, 1:], cols), ca.exp)
-    return ca.Function("bratu2d", [x], [ca.jacobian(ca.vec(residual.T), ca.vec(x.T))])
-
-
-def jax_bratu2d(jax: Any, jnp: Any) -> Callable[..., Any]:
-    return jax.jacfwd(lambda x: bratu2d_terms(x, jnp.pad(x[:-1], ((1, 0), (0, 0))), jnp.pad(x[1:], ((0, 1), (0, 0))),
-                                              jnp.pad(x[:, :-1], ((0, 0), (1, 0))), jnp.pad(x[:, 1:], ((0, 0), (0, 1))),
-                                              jnp.exp))
-
-
-def cube_shifts(x: Any, pad: Callable[[Any, tuple[tuple[int, int], ...]], Any]) -> list[Any]:
-    """The six neighbours of every point of an n x n x n grid, zero beyond its faces, as shifted grids."""
-    n, out = CUBE_SIZE, []
-    for axis in range(3):
-        for width, cut in (((1, 0), slice(0, n)), ((0, 1), slice(1, n + 1))):
-            widths, cuts = [(0, 0)] * 3, [slice(None)] * 3
-            widths[axis], cuts[axis] = width, cut
-            out.append(pad(x, tuple(widths))[tuple(cuts)])
-    return out
-
-
-def bratu3d_terms(x: Any, neighbours: Sequence[Any], exp: Callable[[Any], Any]) -> Any:
-    """F = the 7-point Laplacian of x + h^2 lambda exp(x)."""
-    h = 1.0 / (CUBE_SIZE + 1)
-    return sum(neighbours[1:], neighbours[0]) - 6.0 * x + h * h * BRATU_LAMBDA * exp(x)
-
-
-def ember_bratu3d() -> tuple[list[Any], str]:
-    import ember.ad
-    from ember import Tensor
-    from ember.export import Arg, NumericalFunction
-    f = NumericalFunction("bratu3d", lambda x: bratu3d_terms(x, cube_shifts(x, Tensor.pad), Tensor.exp),
-                          [Arg((CUBE_SIZE,) * 3)])
-    return [ember.ad.spjacobian(f)], "sparse: ember.ad.spjacobian"
-
-
-def casadi_bratu3d(ca: Any) -> Any:
-    """The grid as a row-major vector; each point's residual from its neighbours' entries (zero beyond the faces)."""
-    n = CUBE_SIZE
-    x = ca.SX.sym("x", n ** 3)
-
-    def at(i: int, j: int, k: int) -> Any:
-        return x[(i * n + j) * n + k] if 0 <= min(i, j, k) and max(i, j, k) < n else 0
-    moves = ((-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1))
-    residual = ca.vertcat(*(bratu3d_terms(at(i, j, k), [at(i + a, j + b, k + c) for a, b, c in moves], ca.exp)
-                            for i in range(n) for j in range(n) for k in range(n)))
-    return ca.Function("bratu3d", [x], [ca.jacobian(residual, x)])
-
-
-def jax_bratu3d(jax: Any, jnp: Any) -> Callable[..., Any]:
-    def residual(x: Any) -> Any: return bratu3d_terms(x, cube_shifts(x, jnp.pad), jnp.exp).reshape(-1)
-    return jax.jacfwd(residual)
-
-
-def quadrotor_inputs() -> list[np.ndarray]:
-    import quadrotor
-    return list(quadrotor.start_and_controls(QUADROTOR_STEPS))
-
-
-def ember_quadrotor(with_jacobians: bool) -> tuple[list[Any], str]:
-    import quadrotor
-    fns = quadrotor.build_functions(QUADROTOR_STEPS, with_jacobians)
-    if not with_jacobians: return fns, "rollout"
-    return [quadrotor.with_jacobians(fns)], "one function: rollout, jacobian(argnum=(0, 1))"
-
-
-def casadi_quadrotor(ca: Any, with_jacobians: bool) -> Any:
-    """controls is a steps x 4 SX matrix; its jacobian is by the row-major flattened controls, as ember's."""
-    import quadrotor
-    state, controls = ca.SX.sym("state", quadrotor.STATE_SIZE), ca.SX.sym("controls", QUADROTOR_STEPS, 4)
-    rows = [[controls[k, j] for j in range(4)] for k in range(QUADROTOR_STEPS)]
-    final = ca.vertcat(*quadrotor.simulate(tuple(state[i] for i in range(quadrotor.STATE_SIZE)), rows, ca.sin, ca.cos))
-    outs = [final, ca.jacobian(final, state), ca.jacobian(final, ca.vec(controls.T))] if with_jacobians else [final]
-    return ca.Function("quadrotor", [state, controls], outs)
-
-
-def jax_quadrotor(jax: Any, jnp: Any, with_jacobians: bool) -> Callable[..., Any]:
-    """The rollout as a lax.scan over the rows of controls, as jax_cartpole's."""
-    import quadrotor
-
-    def step(state: Any, thrusts: Any) -> tuple[Any, None]:
-        return jnp.stack(quadrotor.rk4_step(tuple(state[i] for i in range(quadrotor.STATE_SIZE)),
-                                            tuple(thrusts[j] for j in range(4)), jnp.sin, jnp.cos)), None
-
-    def rollout(state: Any, controls: Any) -> Any: return jax.lax.scan(step, state, controls)[0]
-    if not with_jacobians: return rollout
-    return lambda state, controls: (rollout(state, controls), *jax.jacrev(rollout, argnums=(0, 1))(state, controls))
-
-
-def swingup_lagrangian(w: Any, lam: Any, sin: Callable[[Any], Any], total: Callable[[Any], Any]) -> Any:
-    """objective + lam . constraints of the pendulum swing-up in multiple shooting: w = (angle at the N + 1 nodes,
-    rate at the nodes, torque on each of the N intervals), angle 0 hanging down; the dynamics angle' = rate,
-    rate' = torque - g/l sin(angle) - damping rate, one RK4 step per interval. Objective: sum of torque^2 dt.
-    Constraints (lam in this order): the N angle defects, the N rate defects (next node - RK4 step), then angle and
-    rate at the start (0, 0) and at the end (pi, 0)."""
-    n, dt = SWINGUP_INTERVALS, SWINGUP_TIME / SWINGUP_INTERVALS
-    angle, rate, torque = w[:n + 1], w[n + 1:2 * n + 2], w[2 * n + 2:]
-
-    def slope(a: Any, r: Any) -> tuple[Any, Any]:
-        return r, torque - PENDULUM_GRAVITY * sin(a) - PENDULUM_DAMPING * r
-    a, r = angle[:n], rate[:n]
-    k1 = slope(a, r)
-    k2 = slope(a + dt / 2 * k1[0], r + dt / 2 * k1[1])
-    k3 = slope(a + dt / 2 * k2[0], r + dt / 2 * k2[1])
-    k4 = slope(a + dt * k3[0], r + dt * k3[1])
-    step_a, step_r = ((x + dt / 6 * (p + 2 * q + 2 * s + t)) for x, p, q, s, t in zip((a, r), k1, k2, k3, k4,
-                                                                                       strict=True))
-    boundary = (angle[0], rate[0], angle[n] - np.pi, rate[n])
-    constraints = total(lam[:n] * (angle[1:] - step_a)) + total(lam[n:2 * n] * (rate[1:] - step_r))
-    return total(torque * torque) * dt + constraints + sum(lam[2 * n + i] * b for i, b in enumerate(boundary))
-
-
-def swingup_inputs() -> list[np.ndarray]:
-    """Unknowns on the way up (angle 0 to pi, a constant rate, a torque wave) and some multipliers."""
-    n = SWINGUP_INTERVALS
-    w = np.concatenate([np.linspace(0.0, np.pi, n + 1), np.full(n + 1, np.pi / SWINGUP_TIME),
-                        2.0 * np.sin(np.linspace(0.0, 2 * np.pi, n))])
-    return [w, 0.1 * np.cos(np.arange(2 * n + 4))]
-
-
-def ember_swingup() -> tuple[list[Any], str]:
-    import ember.ad
-    from ember import Tensor
-    from ember.export import Arg, NumericalFunction
-    n = SWINGUP_INTERVALS
-    lagrangian = NumericalFunction("swingup", lambda w, lam: swingup_lagrangian(w, lam, Tensor.sin, Tensor.sum),
-                                   [Arg(3 * n + 2), Arg(2 * n + 4)])
-    return [ember.ad.sphessian(lagrangian, argnum=0)], "sparse: ember.ad.sphessian(argnum=0)"
-
-
-def casadi_swingup(ca: Any) -> Any:
-    n = SWINGUP_INTERVALS
-    w, lam = ca.SX.sym("w", 3 * n + 2), ca.SX.sym("lam", 2 * n + 4)
-    return ca.Function("swingup", [w, lam], [ca.hessian(swingup_lagrangian(w, lam, ca.sin, ca.sum1), w)[0]])
-
-
-def jax_swingup(jax: Any, jnp: Any) -> Callable[..., Any]:
-    return lambda w, lam: jax.hessian(lambda w: swingup_lagrangian(w, lam, jnp.sin, jnp.sum))(w)
 
 
 def cases() -> list[Case]:

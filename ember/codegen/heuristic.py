@@ -163,8 +163,13 @@ def gated_beside(nodes: list[UOp], axes: list[UOp], reduces: list[UOp]) -> list[
 
 
 def conjuncts(gate: UOp) -> list[UOp]:
-    """The tests a gate ANDs together."""
-    return conjuncts(gate.src[0]) + conjuncts(gate.src[1]) if gate.op is Ops.AND else [gate]
+    """The tests a gate ANDs together (from a stack: a cat of many pieces ANDs many)."""
+    tests, todo = [], [gate]
+    while todo:
+        g = todo.pop()
+        if g.op is Ops.AND: todo.extend(g.src)
+        else: tests.append(g)
+    return tests
 
 
 def fixed(a: UOp) -> bool:
