@@ -29,6 +29,7 @@ from ember.mixin.activation import ActivationMixin
 from ember.mixin.creation import CreationMixin, int_dtype_for
 from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.indexing import IndexingMixin
+from ember.mixin.linalg import LinalgMixin
 from ember.mixin.movement import MovementMixin
 from ember.mixin.nn import NNMixin
 from ember.mixin.ordering import OrderingMixin
@@ -137,7 +138,7 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
 
 
 class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, OrderingMixin, NNMixin,
-             CreationMixin, RandomMixin):
+             CreationMixin, RandomMixin, LinalgMixin):
     """A lazy n-dimensional array.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
