@@ -260,5 +260,5 @@ class LinalgMixin:
     def cholesky_solve(self: Tensor, factor: Tensor, upper: bool = False) -> Tensor:
         """x with A x = self where A = L L^T (factor = L) or U^T U (factor = U, upper): torch.cholesky_solve(self,
         factor). Two triangular solves: the path for symmetric positive-definite systems."""
-        y = factor.solve_triangular(self, upper=upper, left=True)
-        return factor.transpose(-2, -1).solve_triangular(y, upper=not upper, left=True)
+        lower = factor.transpose(-2, -1) if upper else factor
+        return lower.transpose(-2, -1).solve_triangular(lower.solve_triangular(self, upper=False), upper=True)
