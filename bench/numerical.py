@@ -1,7 +1,7 @@
 """ember's numerical functions against CasADi and JAX: per-call time from Python and from C++, and first-call latency.
 
 Run: python bench/numerical.py            (about 10 minutes; peers: pip install casadi jax jaxlib)
-     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, v or h)
+     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, p, v or h)
 
 Cases, all float64:
   a      energy sum(0.5 x^2), x in R^3: the cost of a call itself
@@ -19,6 +19,9 @@ Cases, all float64:
          intervals: 152 unknowns (angle and rate at 51 nodes, a torque per interval), 104 equality constraints
          (100 continuity defects, angle and rate at both ends); ember.ad.sphessian wrt the unknowns: a full 3 x 3
          block (angle, rate, torque) per interval, 450 nonzeros
+  p      a planar chain of 7 point-mass links: accelerations from the (symmetric positive-definite) mass matrix by
+         cholesky_solve(cholesky) (CasADi: its SX solve), and their jacobians by the angles and by the rates (7 x 7
+         each), one function with three outputs (ember's linalg.solve, LU with pivoting, measured 3.3x CasADi)
   v      the 4 x 4 jacobian of one cart-pole RK4 step by its state, ember.ad.vmap over 100,000 points: ember's C++
          on 2 threads (generate_module threads=2) against CasADi's map(N, 'serial') (issue 27: at most 0.6x)
   h      O(n) check of ember.ad.gradient: sum(sin(x[:n] * x[n])) for n = 100 to 1600, per-call time from Python
@@ -68,6 +71,7 @@ from typing import Any
 import numpy as np
 from numerical_models import (  # this script's folder is first on sys.path
     BRATU_SIZE,
+    CHAIN_LINKS,
     CUBE_SIZE,
     GRID_SIZE,
     QUADROTOR_STEPS,
@@ -81,14 +85,17 @@ from numerical_models import (  # this script's folder is first on sys.path
     casadi_bratu2d,
     casadi_bratu3d,
     casadi_cartpole,
+    casadi_chain,
     casadi_quadrotor,
     casadi_rosenbrock,
     casadi_swingup,
     casadi_vmap,
+    chain_inputs,
     ember_bratu,
     ember_bratu2d,
     ember_bratu3d,
     ember_cartpole,
+    ember_chain,
     ember_energy,
     ember_quadrotor,
     ember_rosenbrock,
@@ -98,6 +105,7 @@ from numerical_models import (  # this script's folder is first on sys.path
     jax_bratu2d,
     jax_bratu3d,
     jax_cartpole,
+    jax_chain,
     jax_quadrotor,
     jax_rosenbrock,
     jax_swingup,
@@ -202,6 +210,8 @@ def cases() -> list[Case]:
              lambda ca: casadi_quadrotor(ca, True), lambda jax, jnp: jax_quadrotor(jax, jnp, True), limit=JAC_LIMIT),
         Case("g", f"pendulum swing-up hessian, N={SWINGUP_INTERVALS}", swingup_inputs(), ember_swingup,
              casadi_swingup, jax_swingup),
+        Case("p", f"{CHAIN_LINKS}-link chain, Cholesky + 2 jacobians", chain_inputs(), ember_chain, casadi_chain,
+             jax_chain),
         Case("v", f"vmap cart-pole jacobian, {VMAP_POINTS} pts", vmap_inputs(), ember_vmap, casadi_vmap, jax_vmap,
              threads=VMAP_THREADS, to_casadi=lambda xs: [xs[0].T, xs[1][None, :]],
              from_casadi=lambda outs: [o.T for o in outs]),

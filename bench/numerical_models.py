@@ -311,3 +311,69 @@ def casadi_swingup(ca: Any) -> Any:
 
 def jax_swingup(jax: Any, jnp: Any) -> Callable[..., Any]:
     return lambda w, lam: jax.hessian(lambda w: swingup_lagrangian(w, lam, jnp.sin, jnp.sum))(w)
+
+
+CHAIN_LINKS = 7  # case p: links of the planar pendulum chain
+CHAIN_MASSES, CHAIN_LENGTHS = np.linspace(1.0, 0.4, CHAIN_LINKS), np.linspace(0.5, 0.3, CHAIN_LINKS)
+
+
+def chain_mass_scale() -> np.ndarray:
+    """mu[i, j] = l_i l_j (sum of the masses at or beyond link max(i, j)): M[i, j] = mu[i, j] cos(a_i - a_j)."""
+    beyond = np.cumsum(CHAIN_MASSES[::-1])[::-1]
+    return np.outer(CHAIN_LENGTHS, CHAIN_LENGTHS) * beyond[np.maximum.outer(np.arange(CHAIN_LINKS),
+                                                                          np.arange(CHAIN_LINKS))]
+
+
+def chain_terms(angle: Sequence[Any], rate: Sequence[Any], torque: Sequence[Any], sin: Callable[[Any], Any],
+                cos: Callable[[Any], Any]) -> tuple[list[list[Any]], list[Any]]:
+    """The mass matrix (rows of scalars) and the right-hand side of M angle'' = torque - c - g for a planar chain of
+    point masses at the links' ends, each angle from the downward vertical: c_i = sum_j mu[i, j] sin(a_i - a_j)
+    a_j'^2 (centrifugal), g_i = 9.81 l_i (masses at or beyond i) sin(a_i)."""
+    n, mu = CHAIN_LINKS, chain_mass_scale()
+    beyond = np.cumsum(CHAIN_MASSES[::-1])[::-1]
+    mass = [[float(mu[i, j]) * cos(angle[i] - angle[j]) for j in range(n)] for i in range(n)]
+    rhs = []
+    for i in range(n):
+        total = torque[i] - 9.81 * float(CHAIN_LENGTHS[i] * beyond[i]) * sin(angle[i])
+        for j in range(n):
+            if j != i: total = total - float(mu[i, j]) * sin(angle[i] - angle[j]) * rate[j] * rate[j]
+        rhs.append(total)
+    return mass, rhs
+
+
+def chain_inputs() -> list[np.ndarray]:
+    n = CHAIN_LINKS
+    return [0.3 * np.sin(np.arange(1.0, n + 1)), 0.5 * np.cos(np.arange(1.0, n + 1)), 0.1 * np.arange(n) - 0.2]
+
+
+def ember_chain() -> tuple[list[Any], str]:
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+
+    def accel(angle: Tensor, rate: Tensor, torque: Tensor) -> Tensor:
+        n = CHAIN_LINKS
+        mass, rhs = chain_terms([angle[i] for i in range(n)], [rate[i] for i in range(n)],
+                                [torque[i] for i in range(n)], Tensor.sin, Tensor.cos)
+        matrix = Tensor.stack(*[Tensor.stack(*row) for row in mass])  # symmetric positive-definite
+        return Tensor.stack(*rhs).unsqueeze(-1).cholesky_solve(matrix.cholesky())[:, 0]
+    f = NumericalFunction("chain", accel, [Arg(CHAIN_LINKS)] * 3)
+    by_angle, by_rate = ember.ad.jacobian(f, argnum=0), ember.ad.jacobian(f, argnum=1)
+    both = NumericalFunction("chain_jac", lambda a, r, t: (f(a, r, t), by_angle(a, r, t), by_rate(a, r, t)), f.args)
+    return [both], "one function: cholesky_solve(cholesky), jacobian(argnum=0), jacobian(argnum=1)"
+
+
+def casadi_chain(ca: Any) -> Any:
+    n = CHAIN_LINKS
+    angle, rate, torque = (ca.SX.sym(s, n) for s in ("angle", "rate", "torque"))
+    mass, rhs = chain_terms([angle[i] for i in range(n)], [rate[i] for i in range(n)], [torque[i] for i in range(n)],
+                            ca.sin, ca.cos)
+    accel = ca.solve(ca.vertcat(*[ca.horzcat(*row) for row in mass]), ca.vertcat(*rhs))
+    return ca.Function("chain", [angle, rate, torque], [accel, ca.jacobian(accel, angle), ca.jacobian(accel, rate)])
+
+
+def jax_chain(jax: Any, jnp: Any) -> Callable[..., Any]:
+    def accel(angle: Any, rate: Any, torque: Any) -> Any:
+        mass, rhs = chain_terms(angle, rate, torque, jnp.sin, jnp.cos)
+        return jnp.linalg.solve(jnp.stack([jnp.stack(row) for row in mass]), jnp.stack(rhs))
+    return lambda a, r, t: (accel(a, r, t), *jax.jacfwd(accel, argnums=(0, 1))(a, r, t))
