@@ -118,8 +118,7 @@ def substitute(a: Tensor, b: Tensor, lower: bool, unit: bool = False) -> Tensor:
     off = a.tril(-1) if lower else a.triu(1)
     x = b.zeros_like()
     for i in range(n) if lower else range(n - 1, -1, -1):
-        row = b[..., i:i + 1, :] - off[..., i:i + 1, :].matmul(x) if i != (0 if lower else n - 1) \
-            else b[..., i:i + 1, :]
+        row = b[..., i:i + 1, :] - off[..., i:i + 1, :].matmul(x)  # x is 0 in the rows not solved yet
         if not unit: row = row / a[..., i:i + 1, i:i + 1]
         x = rows.eq(i).where(row, x)
     return x
@@ -216,7 +215,7 @@ class LinalgMixin:
         n = _square(self, "inverse")
         return self.solve(Tensor.eye(n, dtype=self.dtype, device=self.device))
 
-    def solve(self: Tensor, b: Tensor, left: bool = True) -> Tensor:
+    def solve(self: Tensor, b: Tensor, *, left: bool = True) -> Tensor:
         """x with self @ x = b (left) or x @ self = b, by LU with partial pivoting: torch.linalg.solve(self, b)."""
         a, rhs, vector = _with_rhs(self, b, "solve", left)
         n = a.shape[-1]
@@ -228,7 +227,7 @@ class LinalgMixin:
         eliminated, _ = lu_eliminate(a.cat(rhs, dim=-1), n)
         return _finish(substitute(eliminated[..., :n], eliminated[..., n:], lower=False), vector, left)
 
-    def solve_triangular(self: Tensor, b: Tensor, upper: bool, left: bool = True, unitriangular: bool = False
+    def solve_triangular(self: Tensor, b: Tensor, *, upper: bool, left: bool = True, unitriangular: bool = False
                          ) -> Tensor:
         """x with self @ x = b (left) or x @ self = b for triangular self: torch.linalg.solve_triangular. Only the
         triangle named by `upper` is read, and its diagonal is taken as ones if unitriangular."""
@@ -257,7 +256,7 @@ class LinalgMixin:
             lower = cols.eq(j).where(column.unsqueeze(-1), lower)
         return lower.transpose(-2, -1) if upper else lower
 
-    def cholesky_solve(self: Tensor, factor: Tensor, upper: bool = False) -> Tensor:
+    def cholesky_solve(self: Tensor, factor: Tensor, *, upper: bool = False) -> Tensor:
         """x with A x = self where A = L L^T (factor = L) or U^T U (factor = U, upper): torch.cholesky_solve(self,
         factor). Two triangular solves: the path for symmetric positive-definite systems."""
         lower = factor.transpose(-2, -1) if upper else factor
