@@ -248,13 +248,21 @@ def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...])
     Where the reduction has few results, a small reduced axis that the value branches on (a cat or stack being
     summed) is unrolled instead, as small output axes are: each position folds to its branch, and positions share
     their common work (a chain of cats summed at the end would otherwise rebuild every branch of every link per
-    position: exponential code). The terms are combined in the loop's order, from the identity, so a fully
-    unrolled sum is the loop's bit for bit."""
+    position: exponential code). So is a reduction read at a fixed position (an unrolled entry of a jacobian) whose
+    every reduced axis branches: the reverse sweep through `c.unsqueeze(0) * c.unsqueeze(1)` sums a row of the
+    cotangent matrix, each entry a different scalar expression, which a loop would compute all of, with the primal
+    below them, at every step (a 7x7 solve's jacobian: 126 sin/cos for the primal's 14, 3.1 MB of C++; unrolled,
+    14 and 0.9 MB). The terms are combined in the loop's order, from the identity, so a fully unrolled sum is the
+    loop's bit for bit."""
     src, (op, axes) = x.src[0], x.arg
     if any(src.shape[a] == 0 for a in axes): return reduce_identity(op, x.dtype)  # no loop that never runs
-    # a few results (a loss, a norm: not a conv's or a pool's) of terms without loops of their own
-    small = max_count(x.shape) <= UNROLL_AXIS_LIMIT and not any(n.op is Ops.REDUCE_AXIS for n in src.toposort())
-    unrolled = sorted(branching_axes(src, src.shape) & set(axes)) if small else []
+    unrolled: list[int] = []
+    if not any(n.op is Ops.REDUCE_AXIS for n in src.toposort()):  # terms without loops of their own
+        if max_count(x.shape) <= UNROLL_AXIS_LIMIT:  # a few results (a loss, a norm: not a conv's or a pool's)
+            unrolled = sorted(branching_axes(src, src.shape) & set(axes))
+        elif not any(i.ranges for i in idx):  # one result, at a fixed position: all its terms or none
+            branching = branching_axes(src, tuple(s if a in axes else 1 for a, s in enumerate(src.shape)))
+            unrolled = sorted(axes) if branching == set(axes) else []
     new_idx = tuple(ctx.new_range(s, AxisKind.REDUCE) if a in axes and a not in unrolled else i
                     for a, (i, s) in enumerate(zip(idx, src.shape, strict=True)))
     ranges = tuple(new_idx[a] for a in axes if new_idx[a].op is Ops.RANGE)

@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ember.codegen.rangeify import branching_axes, stride_one_window
+from ember.codegen.rangeify import STRAIGHT_UNROLL, branching_axes, stride_one_window
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import dtypes
 from ember.helpers import UNROLL, prod
@@ -232,16 +232,20 @@ def unrolled_stores(u: UOp) -> int | None:
 
 def scalar_program(outputs: list[UOp], consumers: dict[UOp, list[UOp]], realized: set[UOp]) -> list[UOp]:
     """The outputs computed together by one kernel, a straight-line program with one STORE per element: those
-    stored without a loop, read by no other kernel, within UNROLL stores in all (none, unless two qualify).
+    stored without a loop, read by no other kernel, within STRAIGHT_UNROLL * UNROLL stores in all (none, unless
+    two qualify).
 
     A small function's outputs (a rollout, its jacobians) share most of their work: in one kernel the shared
-    values are computed once (the graph is hash-consed) instead of stored by kernels of their own."""
-    small = [u for u in dict.fromkeys(outputs) if u in realized and 0 < max_count(u.shape) <= UNROLL.value and
+    values are computed once (the graph is hash-consed) instead of stored by kernels of their own. Apart, a value
+    two kernels read is stored, its sources are then read by two kernels and stored, and so on down the graph: a
+    7x7 solve's jacobian by both arguments (two 7 x 7 outputs) was 301 kernels, together it is one."""
+    budget = UNROLL.value * STRAIGHT_UNROLL
+    small = [u for u in dict.fromkeys(outputs) if u in realized and 0 < max_count(u.shape) <= budget and
              not is_symbolic(u.shape) and all(c.op is Ops.SINK for c in consumers[u])]
     if len(small) < 2: return []  # the common case: no graph walk at all
     group, stores = [], 0
     for u in small:
-        if (n := unrolled_stores(u)) and stores + n <= UNROLL.value: group, stores = [*group, u], stores + n
+        if (n := unrolled_stores(u)) and stores + n <= budget: group, stores = [*group, u], stores + n
     return group if len(group) > 1 else []
 
 

@@ -6,10 +6,12 @@ for the values. GlobalCounters are checked against the bytes and ops a kernel mu
 
 from __future__ import annotations
 
+import importlib.util
 import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -390,6 +392,25 @@ def test_small_unrolled_outputs_realized_together_are_one_kernel_sharing_their_w
         np.testing.assert_array_equal(got.numpy(), np.array(want))
     separately = Tensor.stack(s * tb[0], ta[1] + s), Tensor.stack(s, s * 2, ta[3])
     assert len(Tensor.schedule(separately[0])) == 1  # alone, it needs no kernel for s either
+
+
+def test_a_rollout_and_its_jacobians_over_a_hundred_entries_each_are_one_kernel():
+    """The quadrotor's 2-step rollout with its jacobians by state (12 x 12) and by controls (12 x 2 x 4), traced
+    as one function: 252 stores, within STRAIGHT_UNROLL * UNROLL. Held to UNROLL (64), the outputs were kernels
+    of their own; a value two of them read was stored, its sources then read by two kernels, and so on down the
+    reverse sweep: 343 kernels. Oracle: the finite differences of the rollout."""
+    spec = importlib.util.spec_from_file_location("quadrotor", Path(__file__).parents[2] / "examples" / "quadrotor.py")
+    quad = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quad)
+    fns = quad.build_functions(2, with_jacobians=False)
+    both = quad.with_jacobians(fns)
+    assert len(both.plan.items) == 1
+    state, controls = quad.start_and_controls(2)
+    rollout, by_state, by_controls = both.interpret(state, controls)
+    np.testing.assert_array_equal(rollout, fns[0].interpret(state, controls))
+    for got, argnum in ((by_state, 0), (by_controls, 1)):
+        want = quad.finite_differences(fns[0].interpret, [state, controls], argnum)
+        np.testing.assert_allclose(got, want, atol=1e-7)
 
 
 def test_an_output_another_output_reads_is_not_merged_into_its_kernel():
