@@ -382,23 +382,28 @@ def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
 
 
 def branching_axes(value: UOp, shape: tuple[Sint, ...]) -> frozenset[int]:
-    """The small output axes that a PAD (cat, stack, pad) or an ARANGE (eye, one-hot) chooses by: worth unrolling,
-    smallest first, within UNROLL stores in all (STRAIGHT_UNROLL times that for a value with no reduction: a
-    derivative's entries, a stack of scalar expressions, where a loop over such an axis computes every position's
-    expression in each step and selects one; unrolled, each is computed once). Found on the tensor-level graph,
-    before any index is built: each node's axes are followed down to the sources with the output axes they are
-    computed from."""
+    """The small output axes that a PAD (cat, stack, pad) or a compared ARANGE (eye, one-hot, a gathered
+    position) chooses by: worth unrolling, smallest first, within UNROLL stores in all (STRAIGHT_UNROLL times that
+    for a value with no reduction: a derivative's entries, a stack of scalar expressions, where a loop over such an
+    axis computes every position's expression in each step and selects one; unrolled, each is computed once).
+    Found on the tensor-level graph, before any index is built: each node's axes are followed down to the sources
+    with the output axes they are computed from.
+
+    An ARANGE only counts below a comparison or as a GATHER's index: one that is arithmetic (the counters random
+    numbers are made of) chooses nothing, and unrolled it copied Threefry's rounds once per element (randn of
+    2 x 8 x 16 x 16: a million lines of C, which crashed gcc)."""
     found: set[int] = set()
     start: Axes = tuple(frozenset({a}) for a in range(len(shape)))
-    seen, stack = {(value, start)}, [(value, start)]
+    seen, stack = {(value, start, False)}, [(value, start, False)]
     reduces = False
     while stack:
-        u, axes = stack.pop()
+        u, axes, compared = stack.pop()
         reduces |= u.op is Ops.REDUCE_AXIS
-        if u.op is Ops.ARANGE: found.update(*axes)
+        if u.op is Ops.ARANGE and compared: found.update(*axes)
         if u.op is Ops.PAD: found.update(*(a for a, pad in zip(axes, u.arg, strict=True) if pad != (0, 0)))
-        for item in source_axes(u, axes):
-            if item not in seen and any(item[1]): seen.add(item); stack.append(item)
+        for s, s_axes in source_axes(u, axes):
+            item = (s, s_axes, compared or u.op in GroupOp.Comparison or (u.op is Ops.GATHER and s is u.src[1]))
+            if item not in seen and any(s_axes): seen.add(item); stack.append(item)
     chosen, stores, limit = [], 1, UNROLL.value * (1 if reduces else STRAIGHT_UNROLL)
     for size, a in sorted((shape[a], a) for a in found if type(shape[a]) is not UOp):  # (a symbolic axis loops)
         if 1 < size <= UNROLL_AXIS_LIMIT and stores * size <= limit: chosen, stores = [*chosen, a], stores * size

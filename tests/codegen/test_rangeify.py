@@ -353,6 +353,18 @@ def test_unroll_keeps_a_loop_over_an_axis_that_does_not_branch():
     np.testing.assert_allclose(value.numpy(), want.astype(np.float32), rtol=1e-6)
 
 
+def test_unroll_keeps_a_loop_over_an_arange_used_as_arithmetic_but_unrolls_a_compared_one():
+    """rand's counters are an ARANGE in arithmetic: the same code for every element, so a loop (unrolled, its
+    Threefry rounds were copied per element: randn(2, 8, 16, 16) rendered a million lines of C). eye compares two
+    aranges: each position folds to its constant."""
+    Tensor.manual_seed(0)
+    with Context(UNROLL=64): sink = rangeify(ast_of(Tensor.rand(16)))
+    assert [int(r.src[0].arg) for r in ranges(sink)] == [16]
+    with Context(UNROLL=64): sink = rangeify(ast_of(Tensor.eye(4) * 2))
+    assert not ranges(sink) and sum(u.op is Ops.STORE for u in sink.toposort()) == 16
+    np.testing.assert_array_equal((Tensor.eye(4) * 2).numpy(), np.eye(4, dtype=np.float32) * 2)
+
+
 @pytest.mark.parametrize("epilogue", [
     lambda y: y.relu(), lambda y: y + 1, lambda y: y.maximum(0), lambda y: y.sigmoid(), lambda y: y.gelu(),
     lambda y: (y > 0).where(y, y * 0.1), lambda y: y.detach() * y, lambda y: y.abs() + y.square(),
