@@ -70,6 +70,21 @@ def test_a_period_beyond_the_limit_or_a_remainder_that_only_addresses_stays_a_pl
         np.testing.assert_array_equal(view.numpy(), x.reshape(3, 20).T.reshape(60) * 2)
 
 
+def test_a_loop_whose_copies_would_exceed_the_split_work_stays_a_plain_loop(monkeypatch):
+    """Each copy is the loop body rewritten: past SPLIT_WORK nodes in all (a multiple-shooting hessian's body of
+    48,000 nodes made 35 copies, for minutes) the loop is left as it is, with the same values."""
+    import ember.codegen.periodic as periodic
+    x = RNG.standard_normal(60)
+    with Context(UNROLL=0):
+        out = stencil(Tensor(x), 3)
+        assert not in_loops(kernel(out), Ops.MOD)
+        monkeypatch.setattr(periodic, "SPLIT_WORK", 100)
+        sink = kernel(out)
+        assert [int(r.src[0].arg) for r in sink.toposort() if r.op is Ops.RANGE] == [60]
+        assert in_loops(sink, Ops.MOD)
+        np.testing.assert_array_equal(out.numpy(), stencil_numpy(x, 3))
+
+
 def test_a_kernel_with_a_reduction_is_left_alone():
     x = RNG.standard_normal((12, 5))
     with Context(UNROLL=0):
