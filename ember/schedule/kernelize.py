@@ -50,6 +50,11 @@ PAD_GATE_SIZE = 1 << 18  # elements: a padded input up to this size is read thro
 # (one kernel); above it, a padded copy, whose pass costs less beside the convolution than gates in its loads (16 x
 # 64 x 56 x 56, 3x3, interleaved: median 53 ms with the copy, 60 ms gated; 2 x 64 x 28 x 28: within noise)
 LOOP_RECOMPUTE_WORK = 1 << 17  # ALU ops a value may add recomputed in a loop: about a kernel launch and its buffer
+LOOP_SHARE = 16  # copies of a broadcast value that one computation serves in a reader's loop: the heuristic's
+# register tile spans 16 to 32 float32 columns of the output axis the value is broadcast along
+STREAM_OPS = 64  # ALU ops per element that a value may add recomputed rather than be written and read back:
+# attention's softmax weights (7 ops) recomputed in weights @ v for d = 32 to 128 (up to 7 more computations each)
+# ran as fast as stored (2 x 8 x 128 x 64: median 3.06 vs 3.26 ms; 1 x 8 x 64 x 128: 2.07 vs 2.04 ms, 5 rounds)
 
 
 @dataclass(eq=False)
@@ -306,14 +311,16 @@ def is_cheap_to_recompute(u: UOp, cost: int, times: float, looped: bool, kernels
       each output element computes it once beside a reduction of at least EPILOGUE_SHARE times its ops: a few
       percent of that kernel's work, against a kernel launch and a buffer;
     - read inside a reduction's loop (attention's softmax weights in weights @ v, each weight read by the head's
-      d columns), `times` copies of it cost (times - 1) * its elements * its ops more: recomputed while that stays
-      under LOOP_RECOMPUTE_WORK, what a kernel of its own costs to launch and to stream its buffer through."""
+      d columns), computed once per LOOP_SHARE of its `times` copies (the reader's register tile shares it): the
+      copies after the first cost their ops again, per element within STREAM_OPS (what storing the value and
+      reading it back cost) or in all within LOOP_RECOMPUTE_WORK (what a kernel of its own costs to launch)."""
     if not looped and kernels and all(loop_iterations(k, iterations) <= max_count(u.shape) for k in kernels):
         return True
     if cost > RECOMPUTE_LIMIT: return False  # a random number's rounds (rand(m, k) @ rand(k, n)) never are
     if not looped: return bool(kernels) and all(reduce_terms(k, realized, terms) >= EPILOGUE_SHARE * cost
                                                 for k in kernels)
-    return (times - 1) * max_count(u.shape) * cost <= LOOP_RECOMPUTE_WORK
+    again = -(-times // LOOP_SHARE) - 1
+    return again * cost <= STREAM_OPS or again * max_count(u.shape) * cost <= LOOP_RECOMPUTE_WORK
 
 
 def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
