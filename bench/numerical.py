@@ -203,7 +203,8 @@ def cases() -> list[Case]:
         Case("e", f"2-D Bratu jacobian, {GRID_SIZE}x{GRID_SIZE}", [grid],
              ember_bratu2d, casadi_bratu2d, jax_bratu2d),
         Case("e3", f"3-D Bratu jacobian, {CUBE_SIZE}^3", [0.5 + 0.1 * np.sin(np.arange(CUBE_SIZE ** 3)).reshape(
-            (CUBE_SIZE,) * 3)], ember_bratu3d, casadi_bratu3d, jax_bratu3d),
+            (CUBE_SIZE,) * 3)], ember_bratu3d, casadi_bratu3d, jax_bratu3d,
+             to_casadi=lambda xs: [xs[0].reshape(-1)]),  # CasADi's x: the grid as a row-major vector
         Case("f-eval", f"quadrotor RK4, {QUADROTOR_STEPS} steps", quadrotor_inputs(), lambda: ember_quadrotor(False),
              lambda ca: casadi_quadrotor(ca, False), lambda jax, jnp: jax_quadrotor(jax, jnp, False)),
         Case("f-jac", "quadrotor + its 2 jacobians", quadrotor_inputs(), lambda: ember_quadrotor(True),
