@@ -113,7 +113,9 @@ def _scatter_add(u: UOp, src: Value, table: Value) -> Value:
 
 @functools.lru_cache(maxsize=4096)
 def _unrolled_axes(u: UOp) -> tuple[int, ...]:
-    """The reduced axes rangeify unrolls (index_reduce): their terms are summed per loop step, then accumulated."""
+    """The reduced axes rangeify unrolls (index_reduce): their terms are summed per loop step, then accumulated.
+    (A reduction read at a fixed position that index_reduce unrolls whole adds its terms in the loop's order:
+    the same bits as looped, so it needs no case here.)"""
     axes, src = u.arg[1], u.src[0]
     small = prod(u.shape) <= UNROLL_AXIS_LIMIT and not any(n.op is Ops.REDUCE_AXIS for n in src.toposort())
     return tuple(sorted(branching_axes(src, src.shape) & set(axes))) if small else ()
