@@ -33,7 +33,6 @@ from ember.ad.sparsity import (
 )
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
 from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
-from ember.codegen.segments import SEGMENT_LIMIT
 from ember.codegen.stores import SPLIT_LIMIT
 from ember.dtype import dtypes
 from ember.errors import ShapeError
@@ -68,24 +67,38 @@ class SparseFunction(NumericalFunction):
 
 
 def _seeds(colors: np.ndarray, count: int, shape: tuple[int, ...]) -> Tensor:
-    """(count, *shape): direction c is 1 on the elements of color c. A banded pattern's coloring repeats with a
-    small period, a multiple-shooting problem's comes in a few runs: then the seeds are arithmetic in the element's
-    index, and a loop over the elements unrolled by the period (codegen/periodic.py) or cut at the runs' ends
-    (codegen/segments.py) folds them to constants."""
+    """(count, *shape): direction c is 1 on the elements of color c. The colors of a banded pattern repeat with a
+    small period, those of a multiple-shooting problem within a few runs (a color per state component, or two
+    alternating from interval to interval): then the seeds are arithmetic in the element's index, and a loop over the
+    elements, cut at the runs' ends (codegen/stores.py, codegen/segments.py) and unrolled by the period
+    (codegen/periodic.py), folds them to constants; else they are a table."""
     n = len(colors)
     direction = Tensor.arange(count).reshape(count, 1)
-    period = _period(colors)
-    if period: color = _periodic(Tensor.arange(n), [int(c) for c in colors[:period]])
-    elif (runs := _runs(colors)) is not None: color = runs
+    if (runs := _runs(colors)) is not None:
+        k = Tensor.arange(n)
+        (*_, (start, table)) = runs
+        color = _periodic(k - start if start else k, table)
+        for (start, table), (end, _) in zip(runs[-2::-1], runs[:0:-1], strict=True):
+            color = (k < end).where(_periodic(k - start if start else k, table), color)
     else: color = Tensor(colors.astype(np.int32))
     return color.reshape(1, n).eq(direction).cast(dtypes.float64).reshape(count, *shape)
 
 
-def _period(values: np.ndarray) -> int | None:
-    """The smallest p <= PERIOD_LIMIT with values[j] == values[j % p] for all j, else None."""
-    n = len(values)
-    return next((p for p in range(1, PERIOD_LIMIT + 1) if p <= n and
-                 np.array_equal(values, np.resize(values[:p], n))), None)
+def _runs(values: np.ndarray) -> list[tuple[int, list[int]]] | None:
+    """values as runs (start, table), values[start + j] == table[j % len(table)] up to the next run's start, each
+    table at most PERIOD_LIMIT long and repeated at least twice (or one value), taken left to right, each as long as
+    some period lets it be (the smallest such period); None if that takes more than SPLIT_LIMIT runs."""
+    n, start, runs = len(values), 0, []
+    while start < n:
+        if len(runs) == SPLIT_LIMIT: return None
+        rest, end, period = values[start:], start + 1, 1
+        for p in range(1, min(PERIOD_LIMIT, n - start) + 1):
+            differs = np.flatnonzero(rest[p:] != rest[:-p])
+            reach = start + p + int(differs[0]) if len(differs) else n
+            if reach > end and (p == 1 or reach - start >= 2 * p): end, period = reach, p
+        runs.append((start, [int(v) for v in values[start:start + period]]))
+        start = end
+    return runs
 
 
 def _periodic(k: Tensor, table: Sequence[Any]) -> Tensor:
@@ -93,19 +106,6 @@ def _periodic(k: Tensor, table: Sequence[Any]) -> Tensor:
     rest = k.fmod(len(table)) if len(table) > 1 else k.zeros_like()
     out = k.full_like(table[-1]) if not isinstance(table[-1], Tensor) else table[-1]
     for t in range(len(table) - 2, -1, -1): out = rest.eq(t).where(table[t], out)
-    return out
-
-
-def _runs(values: np.ndarray) -> Tensor | None:
-    """values[k] as comparisons of k with the ends of its runs of equal values, if there are at most SEGMENT_LIMIT
-    runs (the unknowns of a multiple-shooting problem: angles, rates, torques, a color each), else None. A loop over
-    the elements cut at those ends (codegen/segments.py) folds them to constants, and the seeds' zeros and ones with
-    them."""
-    ends = [*(int(e) for e in np.flatnonzero(values[1:] != values[:-1]) + 1), len(values)]
-    if len(ends) > SEGMENT_LIMIT: return None
-    k = Tensor.arange(len(values))
-    out = k.full_like(int(values[-1]))
-    for end in reversed(ends[:-1]): out = (k < end).where(int(values[end - 1]), out)
     return out
 
 

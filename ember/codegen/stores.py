@@ -24,6 +24,9 @@ from ember.dtype import dtypes
 from ember.uop.ops import Ops, UOp
 
 SPLIT_LIMIT = 64  # the most stores one store is split into (each a loop nest of its own)
+SUM_NODES = 4096  # the most ADD and PAD nodes looked through to find the pieces of a sum
+END_CUTS = 8  # a sum whose pieces end only this close to the ends of its axis stays whole (a stencil's edges: the
+# middle's vector lanes need a size the opts divide; codegen/periodic.py peels such ends)
 
 
 def strip(x: UOp, ops: tuple[Ops, ...]) -> UOp:
@@ -73,19 +76,83 @@ def pieces(value: UOp, axis: int) -> list[tuple[int, int, UOp]]:
     return out
 
 
+def padded_axis(x: UOp) -> int | None:
+    """The one axis a PAD pads, else None."""
+    if x.op is not Ops.PAD: return None
+    axes = [a for a, p in enumerate(x.arg) if p != (0, 0)]
+    return axes[0] if len(axes) == 1 else None
+
+
+def sum_cuts(value: UOp) -> tuple[int, list[int]] | None:
+    """(axis, the positions where a piece starts or ends) if `value` is a sum of pieces padded along one axis: ADDs
+    whose terms are, through more ADDs, PADs of that axis (a gradient with respect to a vector that the function read
+    in slices, and its forward-mode tangents). None if it has no such piece or more than SUM_NODES nodes."""
+    axis, cuts, seen, stack = None, set(), set(), [(value, 0, True)]
+    outer: set[tuple[int, int]] = set()  # the pieces padded into the sum itself (not into another piece)
+    while stack:
+        x, offset, top = stack.pop()
+        if (x, offset) in seen: continue
+        seen.add((x, offset))
+        if len(seen) > SUM_NODES: return None
+        if x.op is Ops.ADD: stack += [(s, offset, top) for s in x.src]
+        elif (a := padded_axis(x)) is not None and axis in (None, a):
+            axis, lo = a, offset + x.arg[a][0]
+            cuts |= {lo, lo + x.src[0].shape[a]}
+            if top: outer.add((lo, lo + x.src[0].shape[a]))
+            stack.append((x.src[0], lo, False))
+    if axis is None: return None
+    # each outer piece is cut where any is, relative to its start: a control read whole beside states read as
+    # x[:n] and x[1:] is cut after its first step too, so that its middle stretch and theirs share one loop, step
+    # for step at the same interval (the stretches of one size share a loop, codegen/rangeify.output_loops)
+    inner = {c - lo for lo, hi in outer for c in cuts if lo < c < hi}
+    cuts |= {lo + r for lo, hi in outer for r in inner if lo < lo + r < hi}
+    return axis, sorted(cuts)
+
+
+def restrict_sum(x: UOp, axis: int, lo: int, hi: int, memo: dict[tuple[UOp, int, int], UOp]) -> UOp:
+    """x on [lo, hi) of `axis`, through its ADDs and PADs: a pad whose piece covers the stretch is the piece, one that
+    misses it a zero (kept as a term: only a tangent's sum drops it, since x + 0.0 turns -0.0 into 0.0). The stretch
+    lies between two of sum_cuts' positions, so no piece ends inside it."""
+    if (lo, hi) == (0, x.shape[axis]): return x
+    if (key := (x, lo, hi)) in memo: return memo[key]
+    if x.op is Ops.ADD: out = x.replace(src=tuple(restrict_sum(s, axis, lo, hi, memo) for s in x.src))
+    elif padded_axis(x) == axis:
+        before, size = x.arg[axis][0], x.src[0].shape[axis]
+        if lo < before + size and before < hi: out = restrict_sum(x.src[0], axis, lo - before, hi - before, memo)
+        else:
+            shape = tuple(hi - lo if a == axis else s for a, s in enumerate(x.shape))
+            out = view(view(UOp.const(x.dtype, 0), Ops.RESHAPE, (1,) * len(shape)), Ops.EXPAND, shape)
+    else: out = view(x, Ops.SHRINK, tuple((lo, hi) if a == axis else (0, s) for a, s in enumerate(x.shape)))
+    memo[key] = out
+    return out
+
+
 def split(target: UOp, value: UOp, short: int) -> list[tuple[UOp, UOp]]:
     """(target, value) pairs storing what `STORE(target, value)` stores (see the module docstring). A concatenation
     along an axis of at most `short` positions is left to rangeify, which unrolls it (a stack of a few values per
     position), unless a piece is a reshaped concatenation: its positions would need `//` and `%` to fold."""
     if is_reshaped_concatenation(value):
         return split(view(target, Ops.RESHAPE, value.src[0].shape), value.src[0], short)
-    if (axis := concatenated_axis(value)) is None: return [(target, value)]
+    if (axis := concatenated_axis(value)) is None: return split_sum(target, value, short)
     found = pieces(value, axis)
     if value.shape[axis] <= short and not any(is_reshaped_concatenation(p) for _, _, p in found):
         return [(target, value)]
     shape = value.shape
     return [pair for lo, hi, piece in found for pair in split(
         view(target, Ops.SHRINK, tuple((lo, hi) if a == axis else (0, s) for a, s in enumerate(shape))), piece, short)]
+
+
+def split_sum(target: UOp, value: UOp, short: int) -> list[tuple[UOp, UOp]]:
+    """A sum of padded pieces (sum_cuts) stored stretch by stretch between the pieces' ends, if one of them lies more
+    than END_CUTS positions inside the axis; else the store as it is."""
+    if (found := sum_cuts(value)) is None: return [(target, value)]
+    axis, cuts = found
+    size = value.shape[axis]
+    if size <= short or not any(END_CUTS < c < size - END_CUTS for c in cuts): return [(target, value)]
+    bounds, memo = sorted({0, size, *(c for c in cuts if 0 < c < size)}), {}
+    return [pair for lo, hi in zip(bounds, bounds[1:], strict=False) for pair in split(
+        view(target, Ops.SHRINK, tuple((lo, hi) if a == axis else (0, s) for a, s in enumerate(value.shape))),
+        restrict_sum(value, axis, lo, hi, memo), short)]
 
 
 def is_reshaped_concatenation(value: UOp) -> bool:

@@ -14,7 +14,9 @@ An elementwise value read by two kernels is recomputed in each unless it costs m
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
 and is broadcast is stored once, unless its readers recompute it for less than a kernel costs (is_cheap_to_recompute:
 eval BatchNorm's scale in a convolution's epilogue, attention's softmax weights read by a few columns, a vmapped
-jacobian's primal values shared by the entries of their point within one loop iteration). A padded
+jacobian's primal values shared by the entries of their point within one loop iteration). Neither rule stores a
+value computed from positions alone (ARANGEs and constants, no transcendental, at most INDEX_ARITHMETIC_LIMIT ops):
+codegen folds it where loops are cut and unrolled. A padded
 value read through a window (a convolution's input) is read through gates when the window steps by one along a row
 its reader vectorizes (rangeify.stride_one_window: the gates then settle lane by lane), and is stored padded when it
 is large (PAD_GATE_SIZE), read by two kernels, or read through a strided window, whose gathered lanes would each
@@ -49,6 +51,9 @@ EPILOGUE_SHARE = 16  # terms of a reader's reduction per op of the value: recomp
 PAD_GATE_SIZE = 1 << 18  # elements: a padded input up to this size is read through gates by a stride-one window
 # (one kernel); above it, a padded copy, whose pass costs less beside the convolution than gates in its loads (16 x
 # 64 x 56 x 56, 3x3, interleaved: median 53 ms with the copy, 60 ms gated; 2 x 64 x 28 x 28: within noise)
+INDEX_ARITHMETIC_LIMIT = 512  # ALU ops: a value computed from positions alone (ARANGEs and constants, no buffer, no
+# transcendental) this cheap is never stored: codegen folds it where loops are cut and unrolled (a sparse derivative's
+# seeds, the colors of a multiple-shooting problem in runs: stored, they became a table and every seed a load)
 LOOP_RECOMPUTE_WORK = 1 << 17  # ALU ops a value may add recomputed in a loop: about a kernel launch and its buffer
 LOOP_SHARE = 16  # copies of a broadcast value that one computation serves in a reader's loop: the heuristic's
 # register tile spans 16 to 32 float32 columns of the output axis the value is broadcast along
@@ -343,6 +348,11 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
     realized |= cut_deep_chains(order, realized)
     kernel_of = {u: together[0] for u in together}  # a realized node -> the kernel that computes it
     cost, dear = fused_cost(order)
+    positional: dict[UOp, bool] = {}  # computed from positions alone, cheaply (INDEX_ARITHMETIC_LIMIT)
+    for u in order:
+        positional[u] = u.op in (Ops.ARANGE, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND) or \
+            ((u.op in GroupOp.Elementwise or u.op in GroupOp.Movement) and not dear[u] and
+             cost[u] <= INDEX_ARITHMETIC_LIMIT and all(positional[s] for s in u.src))
     readers: dict[UOp, set[UOp]] = {}  # the realized nodes whose kernels read this value
     broadcast: dict[UOp, bool] = {}  # an EXPAND lies between this value and a kernel that reads it
     spread: dict[UOp, float] = {}  # how many times the kernels reading this value compute each of its elements
@@ -368,11 +378,12 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
                 (u.op is Ops.REDUCE_AXIS or ends_on_private_reduce(u, consumers)):
             realized.add(u)  # a reduction (or the chain it ends) stored once, not computed per padded position
         if u.op in GroupOp.Elementwise and expanded and (dear[u] or cost[u] > RECOMPUTE_LIMIT) and \
-                max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and \
+                max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and not positional[u] and \
                 not is_cheap_to_recompute(u, cost[u], times, looped, kernels, realized, terms, iterations):
             realized.add(u)  # a transcendental or a long chain (a random number's rounds) per copy of a broadcast
             # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
-        if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT: realized.add(u)
+        if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT and not positional[u]:
+            realized.add(u)
         if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and \
                 (len(kernels) > 1 or max_count(u.shape) > PAD_GATE_SIZE or not stride_one_window(u, consumers)):
             realized.add(u)  # stored padded: once for several kernels (a convolution and its weight's gradient),

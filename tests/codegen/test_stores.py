@@ -105,3 +105,32 @@ def test_signed_zeros_and_nans_are_stored_as_they_are():
         out = Tensor(x).cat(Tensor(-x))
         got = out.numpy()
     np.testing.assert_array_equal(got.view(np.int64), np.concatenate([x, -x]).view(np.int64))
+
+
+def test_a_sum_of_padded_pieces_is_stored_stretch_by_stretch():
+    """A gradient with respect to a vector read in slices is such a sum: `a` and `b` overlap on [20, 40), c lies
+    apart; between the ends each stretch is a plain sum of the pieces there, with no gate, and bit for bit numpy's
+    (an absent piece is still a + 0.0 term: -0.0 in `a` comes out +0.0, as numpy's sum of padded arrays gives)."""
+    a, b, c = RNG.standard_normal(40), RNG.standard_normal(30), RNG.standard_normal(12)
+    a[3] = a[25] = -0.0
+    with Context(UNROLL=0):
+        out = Tensor(a).pad((0, 40)) + Tensor(b).exp().pad((20, 30)) + (Tensor(c) * 2).pad((68, 0))
+        ast = kernel(out)
+        got = out.numpy()
+    want = np.pad(a, (0, 40)) + np.pad(np.exp(b), (20, 30)) + np.pad(c * 2, (68, 0))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert stores(ast) == 5  # [0, 20) a, [20, 40) a + b, [40, 50) b, [50, 68) nothing, [68, 80) c
+    assert not ops_in(ast, Ops.CMPLT, Ops.WHERE)
+
+
+def test_a_sum_padded_only_near_its_ends_stays_one_store():
+    """A stencil's gradient (x[1:] and x[:-1] read) pads by one at each end: the middle keeps a size the vector
+    opts divide, and the store stays whole."""
+    x = RNG.standard_normal(64)
+    with Context(UNROLL=0):
+        t = Tensor(x)
+        out = t[1:].pad((1, 0)) + t[:-1].pad((0, 1))
+        ast = kernel(out)
+        np.testing.assert_array_equal(out.numpy(), np.pad(x[1:], (1, 0)) + np.pad(x[:-1], (0, 1)))
+    assert stores(ast) == 1

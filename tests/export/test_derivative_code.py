@@ -100,3 +100,35 @@ def test_a_reverse_jacobian_through_a_solve_is_one_kernel_computing_the_primal_o
                                                    torch.linalg.solve), argnums=(0, 1))(torch.tensor(q),
                                                                                         torch.tensor(rhs))
     for got, w in zip(jac(q, rhs), want, strict=True): assert scaled_error(got, w.numpy()) < 1e-12
+
+
+def shooting_lagrangian(w, lam, intervals: int, sin, cos, join, total):
+    """A multiple-shooting Lagrangian written vectorized over the intervals, the way one writes an NLP: w holds each of
+    the STATES components of the ring model at the nodes, then the control on each interval; thrust^2 plus lam .
+    (next node - RK4 step), the defects joined component by component."""
+    n = intervals
+    states = [w[i * (n + 1):(i + 1) * (n + 1)] for i in range(STATES)]
+    control = w[STATES * (n + 1):]
+    step = rk4_step([*(x[:n] for x in states), control], sin, cos, list)
+    return total(control * control) + total(lam * join([x[1:] - s for x, s in zip(states, step, strict=True)]))
+
+
+def test_a_multiple_shooting_hessian_computes_each_interval_once_per_loop_step():
+    """The gradient with respect to w is a sum of pieces padded into w's positions (the slices the function read):
+    stored stretch by stretch between the pieces' ends (codegen/stores.py), the pieces of all components share one
+    loop over the intervals, each step one RK4 step's primal and its tangents. Stored as one loop over w, every
+    position computed every piece under gates (a loop of 9 x 21 + 20 steps, each with all nine components' sweeps)."""
+    n = 20
+    f = NumericalFunction("shoot", lambda w, lam: shooting_lagrangian(w, lam, n, Tensor.sin, Tensor.cos,
+                                                                      lambda xs: Tensor.cat(*xs), Tensor.sum),
+                          [Arg(STATES * (n + 1) + n), Arg(STATES * n)])
+    hess = ember.ad.sphessian(f, argnum=0)
+    src = render_module("m", [hess])[1]
+    loops = re.findall(r"for \(int32_t \w+ = 0; \w+ < (\d+);", src)
+    assert str(n) in loops and str(STATES * (n + 1) + n) not in loops, loops
+    assert 0 < len(CALLS.findall(src)) <= 2 * calls(f)
+    rng = np.random.default_rng(5)
+    w, lam = 0.3 * rng.standard_normal(STATES * (n + 1) + n), rng.standard_normal(STATES * n)
+    want = torch.func.hessian(lambda t: shooting_lagrangian(t, torch.tensor(lam), n, torch.sin, torch.cos,
+                                                            torch.cat, torch.sum))(torch.tensor(w)).numpy()
+    assert scaled_error(hess.to_dense(hess(w, lam)), want) < 1e-12
