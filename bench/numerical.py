@@ -1,7 +1,8 @@
 """ember's numerical functions against CasADi and JAX: per-call time from Python and from C++, and first-call latency.
 
 Run: python bench/numerical.py            (about 10 minutes; peers: pip install casadi jax jaxlib)
-     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, p, v or h)
+     python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, m-jac,
+                                          m-hess, p, v or h)
 
 Cases, all float64:
   a      energy sum(0.5 x^2), x in R^3: the cost of a call itself
@@ -19,6 +20,11 @@ Cases, all float64:
          intervals: 152 unknowns (angle and rate at 51 nodes, a torque per interval), 104 equality constraints
          (100 continuity defects, angle and rate at both ends); ember.ad.sphessian wrt the unknowns: a full 3 x 3
          block (angle, rate, torque) per interval, 450 nonzeros
+  m-jac  multiple-shooting MPC of the quadrotor (examples/quadrotor.py), one RK4 step on each of 50 intervals,
+         written vectorized over the intervals (w: each state component at the 51 nodes, then each thrust on the 50
+         intervals): the sparse jacobian of its 600 continuity defects by the 812 unknowns, ember.ad.spjacobian
+  m-hess the same problem's Lagrangian (sum of thrust^2 + lam . defects): its sparse hessian by the unknowns,
+         ember.ad.sphessian(argnum=0) (issue 27: both at most 1.0x CasADi, built in under 30 s)
   p      a planar chain of 7 point-mass links: accelerations from the (symmetric positive-definite) mass matrix by
          cholesky_solve(cholesky) (CasADi: its SX solve), and their jacobians by the angles and by the rates (7 x 7
          each), one function with three outputs (ember's linalg.solve, LU with pivoting, measured 3.3x CasADi)
@@ -74,6 +80,7 @@ from numerical_models import (  # this script's folder is first on sys.path
     CHAIN_LINKS,
     CUBE_SIZE,
     GRID_SIZE,
+    MPC_INTERVALS,
     QUADROTOR_STEPS,
     ROSENBROCK_SIZE,
     STEPS,
@@ -86,6 +93,7 @@ from numerical_models import (  # this script's folder is first on sys.path
     casadi_bratu3d,
     casadi_cartpole,
     casadi_chain,
+    casadi_mpc,
     casadi_quadrotor,
     casadi_rosenbrock,
     casadi_swingup,
@@ -97,6 +105,7 @@ from numerical_models import (  # this script's folder is first on sys.path
     ember_cartpole,
     ember_chain,
     ember_energy,
+    ember_mpc,
     ember_quadrotor,
     ember_rosenbrock,
     ember_swingup,
@@ -106,10 +115,12 @@ from numerical_models import (  # this script's folder is first on sys.path
     jax_bratu3d,
     jax_cartpole,
     jax_chain,
+    jax_mpc,
     jax_quadrotor,
     jax_rosenbrock,
     jax_swingup,
     jax_vmap,
+    mpc_inputs,
     quadrotor_inputs,
     swingup_inputs,
     vmap_inputs,
@@ -213,6 +224,10 @@ def cases() -> list[Case]:
              casadi_swingup, jax_swingup),
         Case("p", f"{CHAIN_LINKS}-link chain, Cholesky + 2 jacobians", chain_inputs(), ember_chain, casadi_chain,
              jax_chain),
+        Case("m-jac", f"MPC constraint jacobian, N={MPC_INTERVALS}", mpc_inputs(False), lambda: ember_mpc(False),
+             lambda ca: casadi_mpc(ca, False), lambda jax, jnp: jax_mpc(jax, jnp, False)),
+        Case("m-hess", f"MPC Lagrangian hessian, N={MPC_INTERVALS}", mpc_inputs(True), lambda: ember_mpc(True),
+             lambda ca: casadi_mpc(ca, True), lambda jax, jnp: jax_mpc(jax, jnp, True)),
         Case("v", f"vmap cart-pole jacobian, {VMAP_POINTS} pts", vmap_inputs(), ember_vmap, casadi_vmap, jax_vmap,
              threads=VMAP_THREADS, to_casadi=lambda xs: [xs[0].T, xs[1][None, :]],
              from_casadi=lambda outs: [o.T for o in outs]),
@@ -511,7 +526,8 @@ def agreement(got: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, v or h")
+    parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, m-jac, "
+                        "m-hess, p, v or h")
     parser.add_argument("--dense-limit", type=float, default=30.0,
                         help="seconds for ember's process where it falls back to a dense derivative (default 30)")
     parser.add_argument("--ember-case", help=argparse.SUPPRESS)  # internal: measure one case's ember functions

@@ -21,6 +21,7 @@ CUBE_SIZE = 5  # 3-D Bratu: a CUBE_SIZE^3 grid of unknowns (its sparse jacobian 
 QUADROTOR_STEPS = 20  # lower it for a quick check of f-eval and f-jac
 SWINGUP_INTERVALS, SWINGUP_TIME = 50, 2.5  # s
 PENDULUM_GRAVITY, PENDULUM_DAMPING = 9.81, 0.1  # g / l in 1/s^2, damping in 1/s
+MPC_INTERVALS = 50  # cases m-jac and m-hess: RK4 intervals of the quadrotor's multiple shooting
 VMAP_POINTS, VMAP_THREADS = 100_000, 2  # case v: points, and the threads of ember's C++ (CasADi's map is serial)
 
 
@@ -377,3 +378,68 @@ def jax_chain(jax: Any, jnp: Any) -> Callable[..., Any]:
         mass, rhs = chain_terms(angle, rate, torque, jnp.sin, jnp.cos)
         return jnp.linalg.solve(jnp.stack([jnp.stack(row) for row in mass]), jnp.stack(rhs))
     return lambda a, r, t: (accel(a, r, t), *jax.jacfwd(accel, argnums=(0, 1))(a, r, t))
+
+
+def mpc_defects(w: Any, sin: Callable[[Any], Any], cos: Callable[[Any], Any], join: Callable[[list[Any]], Any]) -> Any:
+    """The continuity defects of the quadrotor's (examples/quadrotor.py) multiple shooting over MPC_INTERVALS RK4
+    steps: w holds each of the 12 state components at the N + 1 nodes, then each of the 4 thrusts on the N intervals
+    (a vector per component, as one writes the steps vectorized over the intervals); the defects (next node minus
+    the RK4 step from the node before) component by component, 12 N of them."""
+    import quadrotor
+    n, nx = MPC_INTERVALS, quadrotor.STATE_SIZE
+    states = [w[i * (n + 1):(i + 1) * (n + 1)] for i in range(nx)]
+    thrusts = [w[nx * (n + 1) + j * n:nx * (n + 1) + (j + 1) * n] for j in range(quadrotor.CONTROL_SIZE)]
+    step = quadrotor.rk4_step(tuple(x[:n] for x in states), thrusts, sin, cos)
+    return join([x[1:] - s for x, s in zip(states, step, strict=True)])
+
+
+def mpc_lagrangian(w: Any, lam: Any, sin: Callable[[Any], Any], cos: Callable[[Any], Any],
+                   join: Callable[[list[Any]], Any], total: Callable[[Any], Any]) -> Any:
+    """sum of thrust^2 + lam . defects: the Lagrangian whose hessian an SQP or interior-point step needs."""
+    import quadrotor
+    thrusts = w[quadrotor.STATE_SIZE * (MPC_INTERVALS + 1):]
+    return total(thrusts * thrusts) + total(lam * mpc_defects(w, sin, cos, join))
+
+
+def mpc_inputs(with_multipliers: bool) -> list[np.ndarray]:
+    """Near hover: small states, thrusts about mass * g / 4, and multipliers of both signs."""
+    import quadrotor
+    n, nx = MPC_INTERVALS, quadrotor.STATE_SIZE
+    r = np.random.default_rng(0)
+    w = np.concatenate([0.1 * r.standard_normal(nx * (n + 1)), 1.2 + 0.1 * r.standard_normal(4 * n)])
+    return [w, r.standard_normal(nx * n)] if with_multipliers else [w]
+
+
+def mpc_sizes() -> tuple[int, int]:
+    import quadrotor
+    return quadrotor.STATE_SIZE * (MPC_INTERVALS + 1) + quadrotor.CONTROL_SIZE * MPC_INTERVALS, \
+        quadrotor.STATE_SIZE * MPC_INTERVALS
+
+
+def ember_mpc(hessian: bool) -> tuple[list[Any], str]:
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+    unknowns, defects = mpc_sizes()
+    if hessian:
+        lagrangian = NumericalFunction("mpc_lagrangian", lambda w, lam: mpc_lagrangian(
+            w, lam, Tensor.sin, Tensor.cos, lambda xs: Tensor.cat(*xs), Tensor.sum), [Arg(unknowns), Arg(defects)])
+        return [ember.ad.sphessian(lagrangian, argnum=0)], "sparse: ember.ad.sphessian(argnum=0)"
+    constraints = NumericalFunction("mpc_defects", lambda w: mpc_defects(w, Tensor.sin, Tensor.cos,
+                                                                         lambda xs: Tensor.cat(*xs)), [Arg(unknowns)])
+    return [ember.ad.spjacobian(constraints)], "sparse: ember.ad.spjacobian"
+
+
+def casadi_mpc(ca: Any, hessian: bool) -> Any:
+    unknowns, defects = mpc_sizes()
+    w, lam = ca.SX.sym("w", unknowns), ca.SX.sym("lam", defects)
+    if hessian:
+        lagrangian = mpc_lagrangian(w, lam, ca.sin, ca.cos, lambda xs: ca.vertcat(*xs), ca.sum1)
+        return ca.Function("mpc_hess", [w, lam], [ca.hessian(lagrangian, w)[0]])
+    return ca.Function("mpc_jac", [w], [ca.jacobian(mpc_defects(w, ca.sin, ca.cos, lambda xs: ca.vertcat(*xs)), w)])
+
+
+def jax_mpc(jax: Any, jnp: Any, hessian: bool) -> Callable[..., Any]:
+    join = jnp.concatenate
+    if hessian: return lambda w, lam: jax.hessian(lambda w: mpc_lagrangian(w, lam, jnp.sin, jnp.cos, join, jnp.sum))(w)
+    return jax.jacfwd(lambda w: mpc_defects(w, jnp.sin, jnp.cos, join))
