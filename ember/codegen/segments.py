@@ -21,6 +21,10 @@ sharing one RK4 step (and with arithmetic seeds, each color's tangents folded to
 
     for r in 0..152: out[r] = (r < 50 ? g(w[r]) : 0) + (50 < r && r < 101 ? h(w[r - 51]) : 0)
  -> for j in 0..50: { out[j] = g(w[j]); out[51 + j] = h(w[j]); }  out[50] = 0; out[101] = 0
+
+A stored gradient of that form is now split before rangeify, on the tensor graph (codegen/stores.py: a sum of padded
+pieces), which costs a walk over the sum instead of a rewrite of the loop body per stretch; this pass cuts what is
+left, comparisons the tensor graph does not show as pieces (a seed's runs compared with a position).
 """
 
 from __future__ import annotations
