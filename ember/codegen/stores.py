@@ -1,12 +1,15 @@
-"""Split a store of a concatenation into one store per piece, each over the piece's own shape. Runs at the start of
+"""Split a store of a concatenation (or of a sum of padded pieces) into one store per piece, each over the piece's own
+shape. Runs at the start of
 rangeify, on the kernel AST (tensor level).
 
 Before: `SINK(STORE(DEFINE_GLOBAL(0).reshape(shape), value), ...)` from the scheduler.
 After:  the same values stored, but a STORE whose value is a concatenation (`Tensor.cat`, `Tensor.stack`: a chain of
         `WHERE(position < end, PAD(piece), rest)`) along an axis longer than rangeify unrolls is one STORE per piece,
         into a SHRINK of its target; a STORE of a RESHAPE of a concatenation stores the concatenation into a RESHAPE of
-        its target. Targets are views of the DEFINE_GLOBAL (RESHAPE and SHRINK only); the stores write disjoint
-        positions that together cover the target, each element the value it had.
+        its target; a STORE of a sum of pieces padded along one axis (a gradient with respect to a vector read in
+        slices: `ADD(PAD(a), PAD(b))`) is one STORE per stretch between the pieces' ends, each the sum of the pieces
+        that cover it (split_sum). Targets are views of the DEFINE_GLOBAL (RESHAPE and SHRINK only); the stores write
+        disjoint positions that together cover the target, each element the value it had.
 
     STORE(out.reshape(12), cat(a, b.reshape(8)))          with b of shape (2, 4)
  -> STORE(out.reshape(12).shrink(0, 4), a), STORE(out.reshape(12).shrink(4, 12).reshape(2, 4), b)

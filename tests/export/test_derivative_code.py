@@ -132,3 +132,22 @@ def test_a_multiple_shooting_hessian_computes_each_interval_once_per_loop_step()
     want = torch.func.hessian(lambda t: shooting_lagrangian(t, torch.tensor(lam), n, torch.sin, torch.cos,
                                                             torch.cat, torch.sum))(torch.tensor(w)).numpy()
     assert scaled_error(hess.to_dense(hess(w, lam)), want) < 1e-12
+
+
+def test_a_multiple_shooting_jacobians_seeds_are_arithmetic_not_a_table():
+    """The defects' rows alternate between two colors from interval to interval, in runs per component: the seeds are
+    comparisons and remainders of the row, recomputed where read (kernelize never stores positional arithmetic);
+    stored, they were a constant int32 table and every seed a load. Values against torch.func.jacfwd."""
+    n = 20
+
+    def defects(w, sin, cos, join):
+        states = [w[i * (n + 1):(i + 1) * (n + 1)] for i in range(STATES)]
+        step = rk4_step([*(x[:n] for x in states), w[STATES * (n + 1):]], sin, cos, list)
+        return join([x[1:] - s for x, s in zip(states, step, strict=True)])
+    f = NumericalFunction("defects", lambda w: defects(w, Tensor.sin, Tensor.cos, lambda xs: Tensor.cat(*xs)),
+                          [Arg(STATES * (n + 1) + n)])
+    jac = ember.ad.spjacobian(f)
+    assert not any(b.dtype.is_int and b.size in (STATES * n, STATES * (n + 1) + n) for b in jac.plan.constants)
+    w = 0.3 * np.random.default_rng(6).standard_normal(STATES * (n + 1) + n)
+    want = torch.func.jacfwd(lambda t: defects(t, torch.sin, torch.cos, torch.cat))(torch.tensor(w)).numpy()
+    assert scaled_error(jac.to_dense(jac(w)), want) < 1e-12
