@@ -172,6 +172,27 @@ def test_two_ellipses_raise_numpys_index_error() -> None:
     assert str(want.value) in str(got.value)
 
 
+# ---- expand: sizes checked before a graph is built -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, size", [((1, 4), (-2, 4)), ((1, 4), (-5, -1)), ((4,), (-1, 4)), ((1, 4), (None, 4)),
+                                         ((1, 4), (2.0, 4))], ids=["negative", "negative_kept", "new_axis_minus_one",
+                                                                   "none", "float"])
+def test_expand_to_a_bad_size_raises_as_torch(shape: tuple[int, ...], size: tuple[object, ...]) -> None:
+    # ember returned a tensor of shape (-2, 4) or (None, 4) and failed only when it was realized; torch refuses each
+    # (RuntimeError for the sizes, TypeError for None and floats, where ember's ShapeError says as reshape's does)
+    with pytest.raises((RuntimeError, TypeError)): torch.ones(shape).expand(size)
+    with pytest.raises(RuntimeError) as got: Tensor.ones(*shape).expand(size)
+    assert str(got.value).startswith("expand: ") and repr(size) in str(got.value)
+
+
+def test_expand_keeps_axes_with_minus_one_and_adds_leading_ones() -> None:
+    x = sample((1, 4), "float32", seed=14)
+    for size in [(3, -1), (2, 3, -1), (2, 1, 4), (0, 4), (-1, 4), (np.int64(3), np.int32(4))]:
+        np.testing.assert_array_equal(Tensor(x).expand(size).numpy(), torch.from_numpy(x).expand(size).numpy())
+    assert Tensor(x).expand(np.int64(3), -1).shape == (3, 4)  # numpy ints become ints, as torch takes them
+
+
 # ---- uint8 images ---------------------------------------------------------------------------------------------------
 
 

@@ -195,6 +195,15 @@ class MovementMixin:
         """Axes of size 1 repeated to `shape` (-1 keeps an axis; new leading axes may be added)."""
         new = _shape_arg(shape)
         if len(new) < self.ndim: raise ShapeError(f"expand: {new} has fewer axes than {self.shape}")
+        sizes = []
+        for i, n in enumerate(new):  # a bound Variable (a UOp) is a size too; numpy ints are ints
+            if type(n) is not UOp:
+                try: n = operator.index(n)
+                except TypeError: raise ShapeError(f"expand: sizes must be ints, got {new}") from None
+                if n < -1 or n == -1 and i < len(new) - self.ndim:
+                    raise ShapeError(f"expand: negative size in {new}; -1 keeps an axis self has, no new one")
+            sizes.append(n)
+        new = tuple(sizes)
         old = (1,) * (len(new) - self.ndim) + self.shape
         new = tuple(o if n == -1 else n for o, n in zip(old, new, strict=True))
         for o, n in zip(old, new, strict=True):
