@@ -23,6 +23,11 @@ class AxisError(ShapeError, IndexError):
     """An axis (dim) outside -ndim..ndim-1: an IndexError, as torch's "Dimension out of range"."""
 
 
+class SizeTypeError(ShapeError, TypeError):
+    """A size that is not an int (a float, None, a bool) where a shape is given: a TypeError, as torch's "must be
+    tuple of ints", and a ShapeError, as ember raised before."""
+
+
 class DTypeError(EmberError, TypeError, RuntimeError):
     """A dtype the op cannot take, or two dtypes with no common type.
 

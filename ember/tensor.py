@@ -30,7 +30,7 @@ from ember.mixin.creation import CreationMixin, int_dtype_for
 from ember.mixin.elementwise import ElementwiseMixin
 from ember.mixin.indexing import IndexingMixin
 from ember.mixin.linalg import LinalgMixin
-from ember.mixin.movement import MovementMixin
+from ember.mixin.movement import MovementMixin, is_int_axis
 from ember.mixin.nn import NNMixin
 from ember.mixin.ordering import OrderingMixin
 from ember.mixin.random import RandomMixin
@@ -594,8 +594,10 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
     # ---- helpers the mixins build on -----------------------------------------------------------------------------
 
     def _axis(self, axis: int, op: str) -> int:
-        """`axis` as a non-negative index, or an AxisError (a ShapeError and an IndexError) naming the op."""
-        n = max(self.ndim, 1) if op != "unsqueeze" else self.ndim + 1
+        """`axis` as a non-negative index, or an AxisError (a ShapeError and an IndexError) naming the op. An axis
+        that is not an int (a float, None, a bool) is a TypeError, as torch's; every op's axes pass through here."""
+        if not is_int_axis(axis): raise TypeError(f"{op}: axis must be an int, got {axis!r} ({type(axis).__name__})")
+        axis, n = int(axis), max(self.ndim, 1) if op != "unsqueeze" else self.ndim + 1
         if not -n <= axis < n: raise AxisError(f"{op}: axis {axis} is out of range for a {self.ndim}-d tensor "
                                                 f"{self.shape}; valid axes are {-n}..{n - 1}")
         return axis % n

@@ -26,6 +26,7 @@ from ember.device import Buffer, Device, buffer_uop, cache_write
 from ember.dtype import DType, dtypes, to_dtype, to_numpy
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import CACHELEVEL, cache_dir
+from ember.mixin.movement import size_args
 from ember.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -33,9 +34,10 @@ if TYPE_CHECKING:
 
 
 def shape_of(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
-    out = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-    if any(not isinstance(s, int) or s < 0 for s in out):
-        raise ShapeError(f"{op}: shape sizes must be non-negative ints, got {out}")
+    """The shape of a new tensor given as `f(2, 3)` or `f((2, 3))`: ints as movement.size_args reads them (numpy
+    ints too; a float, None or a bool raises SizeTypeError), none negative."""
+    out = size_args(shape, op, variables=False)
+    if any(s < 0 for s in out): raise ShapeError(f"{op}: shape sizes must be non-negative ints, got {out}")
     return out
 
 
@@ -206,9 +208,9 @@ class CreationMixin:
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
             requires_grad: bool | None = None) -> Tensor:
         """The identity matrix (n x m)."""
-        if n < 0 or (m is not None and m < 0): raise ShapeError(f"eye: sizes must be non-negative, got n={n}, m={m}")
+        n, m = shape_of((n, n if m is None else m), "eye")
         rows = cls.arange(n, device=device).reshape(n, 1)
-        cols = cls.arange(n if m is None else m, device=device).reshape(1, -1)
+        cols = cls.arange(m, device=device).reshape(1, -1)
         return with_requires_grad(rows.eq(cols).cast(dtype or dtypes.default_float), requires_grad)
 
     @classmethod
@@ -216,6 +218,7 @@ class CreationMixin:
                  device: str | None = None, requires_grad: bool | None = None) -> Tensor:
         """`steps` evenly spaced values from start to end inclusive, as torch: the first half counts up from start,
         the second half down from end, so both ends are exact."""
+        (steps,) = size_args((steps,), "linspace", variables=False)
         if steps < 0: raise ShapeError(f"linspace: steps must be non-negative, got {steps}")
         dt = to_dtype(dtype or dtypes.default_float)
         if dt is dtypes.bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.dtype import least_upper_dtype
-from ember.errors import ArgumentError, AxisError, ModeError, ShapeError
+from ember.errors import ArgumentError, AxisError, ModeError, ShapeError, SizeTypeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp
 from ember.variables import Sint, check_dim, concrete, is_symbolic, same_axes
@@ -34,16 +34,17 @@ def either_axis(op: str, axis: Any, dim: Any, default: Any = None) -> Any:
 
 
 def is_int_axis(axis: Any) -> bool:
-    """Whether `axis` names one axis (a Python or numpy int), not a sequence of them or None."""
-    return isinstance(axis, (int, np.integer))
+    """Whether `axis` names one axis (a Python or numpy int), not a sequence of them or None. A bool is no axis,
+    as in torch; Tensor._axis checks each axis with this."""
+    return isinstance(axis, (int, np.integer)) and not isinstance(axis, bool)
 
 
 def axis_list(x: Tensor, axis: Any, op: str) -> list[int]:
     """`axis` (an int or a sequence of ints) as non-negative axes of x, each at most once."""
     items = [axis] if is_int_axis(axis) else (list(axis) if isinstance(axis, (tuple, list)) else None)
-    if items is None or not all(is_int_axis(a) for a in items):
+    if items is None:
         raise TypeError(f"{op}: axis must be an int or a sequence of ints, got {axis!r} ({type(axis).__name__})")
-    axes = [x._axis(operator.index(a), op) for a in items]
+    axes = [x._axis(a, op) for a in items]
     for a in axes:
         if axes.count(a) > 1:
             raise ShapeError(f"{op}: axis {a} appears more than once in {tuple(items)}; name each axis once")
@@ -60,6 +61,25 @@ def reduce_axes(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
     """Accept `f(2, 3)` and `f((2, 3))`."""
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+
+
+def size_args(shape: tuple[Any, ...], op: str, variables: bool = True) -> tuple[Sint, ...]:
+    """The sizes of `f(2, 3)` or `f((2, 3))` as Python ints, read as torch reads a size: an int, a numpy int or
+    anything else with __index__ (a one-element int tensor), but not a bool. A bound Variable (a UOp) stays one
+    where `variables`. Anything else (a float, None, a bool) raises SizeTypeError: a TypeError, as torch's, and a
+    ShapeError, as ember raised before. Signs are the caller's to check."""
+    given, sizes = _shape_arg(shape), []
+    if all(type(s) is int for s in given): return given  # the common case, checked at once
+    for s in given:
+        if type(s) is UOp and variables:
+            sizes.append(s)
+            continue
+        try:
+            if isinstance(s, (bool, np.bool_)): raise TypeError
+            sizes.append(operator.index(s))
+        except TypeError:
+            raise SizeTypeError(f"{op}: sizes must be ints, got {given} ({type(s).__name__} {s!r})") from None
+    return tuple(sizes)
 
 
 def _real_axis(x: Tensor, dim: int, op: str) -> int:
@@ -148,9 +168,8 @@ class MovementMixin:
 
     def reshape(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
         """The same elements in row-major order, in `shape` (one -1 is inferred)."""
-        new = _shape_arg(shape)
+        new = size_args(shape, "reshape")
         if is_symbolic(new) or is_symbolic(self.shape): return self._symbolic_reshape(new)
-        if any(not isinstance(s, int) for s in new): raise ShapeError(f"reshape: sizes must be ints, got {new}")
         if new.count(-1) > 1: raise ShapeError(f"reshape: only one size may be -1, got {new}")
         if any(s < -1 for s in new): raise ShapeError(f"reshape: negative size in {new}")
         if -1 in new:
@@ -193,22 +212,31 @@ class MovementMixin:
 
     def expand(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
         """Axes of size 1 repeated to `shape` (-1 keeps an axis; new leading axes may be added)."""
-        new = _shape_arg(shape)
-        if len(new) < self.ndim: raise ShapeError(f"expand: {new} has fewer axes than {self.shape}")
-        sizes = []
-        for i, n in enumerate(new):  # a bound Variable (a UOp) is a size too; numpy ints are ints
-            if type(n) is not UOp:
-                try: n = operator.index(n)
-                except TypeError: raise ShapeError(f"expand: sizes must be ints, got {new}") from None
-                if n < -1 or n == -1 and i < len(new) - self.ndim:
-                    raise ShapeError(f"expand: negative size in {new}; -1 keeps an axis self has, no new one")
-            sizes.append(n)
-        new = tuple(sizes)
+        return self._expand(size_args(shape, "expand"), "expand")
+
+    def broadcast_to(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+        """self broadcast to `shape`, as torch.broadcast_to: expand's rules (-1 keeps an axis; new leading axes may
+        be added; only axes of size 1 grow), and a view as expand's."""
+        return self._expand(size_args(shape, "broadcast_to"), "broadcast_to")
+
+    def expand_as(self: Tensor, other: Tensor) -> Tensor:
+        """self expanded to `other`'s shape: `self.expand(other.shape)`, as torch's expand_as."""
+        from ember.tensor import Tensor
+        if not isinstance(other, Tensor):
+            raise TypeError(f"expand_as: expected a Tensor, got {type(other).__name__}; use expand for a shape")
+        return self._expand(other.shape, "expand_as")
+
+    def _expand(self: Tensor, new: tuple[Sint, ...], op: str) -> Tensor:
+        """expand to the sizes `new` (ints or bound Variables, as size_args gives them), errors naming `op`."""
+        if len(new) < self.ndim: raise ShapeError(f"{op}: {new} has fewer axes than {self.shape}")
+        for i, n in enumerate(new):
+            if type(n) is not UOp and (n < -1 or n == -1 and i < len(new) - self.ndim):
+                raise ShapeError(f"{op}: negative size in {new}; -1 keeps an axis self has, no new one")
         old = (1,) * (len(new) - self.ndim) + self.shape
         new = tuple(o if n == -1 else n for o, n in zip(old, new, strict=True))
         for o, n in zip(old, new, strict=True):
             if o != n and o != 1:
-                raise ShapeError(f"expand: cannot expand {self.shape} to {new}; only axes of size 1 can grow")
+                raise ShapeError(f"{op}: cannot expand {self.shape} to {new}; only axes of size 1 can grow")
         x = self.reshape(old) if old != self.shape else self
         return x if new == old else x._movement(Ops.EXPAND, new)
 
@@ -311,9 +339,9 @@ class MovementMixin:
     def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
         """Axis `dim` split into axes of `sizes` (one may be -1), the reverse of flatten."""
         if self.ndim == 0: raise ShapeError("unflatten: a 0-d tensor has no axis to split")
-        d, new = self._axis(dim, "unflatten"), tuple(sizes)
+        d, new = self._axis(dim, "unflatten"), size_args((tuple(sizes),), "unflatten", variables=False)
         n = self.shape[d]
-        if not new or any(not isinstance(s, int) or s < -1 for s in new) or new.count(-1) > 1:
+        if not new or any(s < -1 for s in new) or new.count(-1) > 1:
             raise ShapeError(f"unflatten: sizes must be a non-empty tuple of non-negative ints with at most one -1, "
                              f"got {new}")
         known = prod(s for s in new if s != -1)
@@ -541,7 +569,7 @@ class MovementMixin:
 
     def repeat(self: Tensor, *repeats: int | Sequence[int]) -> Tensor:
         """The tensor tiled `repeats[i]` times along each axis (new leading axes allowed), as torch.repeat."""
-        reps = _shape_arg(repeats)
+        reps = size_args(repeats, "repeat")
         if len(reps) < self.ndim: raise ShapeError(f"repeat: {reps} has fewer entries than the axes of {self.shape}")
         shape = (1,) * (len(reps) - self.ndim) + self.shape
         x = self.reshape(tuple(v for s in shape for v in (1, s)))

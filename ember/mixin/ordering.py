@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ember.dtype import DType, dtypes
-from ember.mixin.movement import either_axis, is_int_axis
+from ember.mixin.movement import either_axis
 from ember.mixin.reduce import ValuesIndices
 
 if TYPE_CHECKING:
@@ -111,7 +111,6 @@ class OrderingMixin:
     __slots__ = ()
 
     def _scan(self: Tensor, op: str, axis: int, name: str, dtype: DType | str | None = None) -> Tensor:
-        if not is_int_axis(axis): raise TypeError(f"{name}: axis must be an int, got {axis!r}")
         a = self._axis(axis, name)
         x = self.reshape(1) if self.ndim == 0 else self.transpose(a, -1)
         out = self.dtype

@@ -210,7 +210,6 @@ class ReduceMixin:
         from ember.tensor import Tensor
         axis = either_axis("argmax", axis, dim)
         if axis is None: return self.flatten().argmax(0).reshape((1,) * self.ndim if keepdim else ())
-        if not is_int_axis(axis): raise TypeError(f"argmax: axis must be an int or None, got {axis!r}")
         a = self._axis(axis, "argmax")
         if self.ndim == 0: return Tensor.zeros((), dtype=dtypes.int64, device=self.device)
         self._check_nonempty(a, "argmax")
