@@ -7,7 +7,8 @@ Run: python bench/cpu.py                 (about 4 minutes on 2 cores)
 
 Workloads, all float32 (name for --only in brackets):
   [gemm]        square matmul, n = 512, 1024, 2048: GFLOP/s (2 n^3 flops)
-  [conv]        conv2d N=16, C=64, H=W=56, 64 filters 3x3, padding 1: GFLOP/s (2 N K C R S H W flops)
+  [conv]        conv2d, C filters 3x3, padding 1, at ResNet's stages: N=16, C=64, H=W=56; N=8, C=256, H=W=14 (rows
+                that vectors of 8 do not divide); N=8, C=512, H=W=7: GFLOP/s (2 N C C R S H W flops)
   [elementwise] relu(a*b+c) over 16M floats: GB/s (3 reads + 1 write = 16 bytes per element)
   [sum]         sum of 16M floats: GB/s (4 bytes per element)
   [softmax]     softmax over the last axis of 4096x4096: ms
@@ -65,11 +66,12 @@ class Workload:
 
 
 def workloads(quick: bool) -> list[Workload]:
-    n, c, hw, k = (2, 32, 28, 32) if quick else (16, 64, 56, 64)
+    n, c, hw = (2, 32, 28) if quick else (16, 64, 56)
     elems, rows, batch = (1 << 20, 1024, 64) if quick else (1 << 24, 4096, 256)
     return [Workload(f"gemm-{s}", "GFLOP/s", 2 * s**3, 1e-4, [(s, s)] * 2) for s in
             ((256, 512) if quick else (512, 1024, 2048))] + [
-        Workload(f"conv-{n}x{c}x{hw}", "GFLOP/s", 2 * n * k * c * 9 * hw * hw, 1e-4, [(n, c, hw, hw), (k, c, 3, 3)]),
+        *(Workload(f"conv-{n}x{c}x{hw}", "GFLOP/s", 2 * n * c * c * 9 * hw * hw, 1e-4, [(n, c, hw, hw), (c, c, 3, 3)])
+          for n, c, hw in [(n, c, hw), *([(2, 64, 14), (2, 128, 7)] if quick else [(8, 256, 14), (8, 512, 7)])]),
         Workload(f"elementwise-{elems >> 20}M", "GB/s", 16 * elems, 1e-5, [(elems,)] * 3),
         Workload(f"sum-{elems >> 20}M", "GB/s", 4 * elems, 1e-4, [(elems,)]),
         Workload(f"softmax-{rows}", "ms", 0, 1e-4, [(rows, rows)]),

@@ -57,7 +57,8 @@ def test_argmax_argmin_give_torchs_first_index(x, fn, axis, keepdim):
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
 
 
-@pytest.mark.parametrize("x", [A > 0, (A > 2).astype(np.int32), np.zeros((0, 3), bool), np.ones((2, 0), np.float32)])
+@pytest.mark.parametrize("x", [A > 0, (A > 2).astype(np.int32), np.zeros((0, 3), bool), np.ones((2, 0), np.float32),
+                               (np.arange(24).reshape(3, 8) % 5 == 0).astype(np.int32)])  # (8 columns: a vector)
 @pytest.mark.parametrize("axis", [None, 0, 1])
 def test_any_all_match_torch(x, axis):
     t = torch.tensor(x)

@@ -57,6 +57,8 @@ def estimate_work(uops: list[UOp]) -> tuple[int, int]:
         elif u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: flops += trips[-1] * u.dtype.count
         elif u.op in (Ops.LOAD, Ops.STORE):
             ptr, value = u.src[0], (u if u.op is Ops.LOAD else u.src[1])
-            if ptr.src[0].op is Ops.DEFINE_GLOBAL: mem += trips[-1] * ptr.dtype.base.itemsize * value.dtype.count
+            lanes = value.dtype.count if u.op is Ops.STORE or len(u.src) == 1 else \
+                sum(g.op is not Ops.CONST or bool(g.arg) for g in u.src[1:])  # a partial load reads its lanes
+            if ptr.src[0].op is Ops.DEFINE_GLOBAL: mem += trips[-1] * ptr.dtype.base.itemsize * lanes
     return flops, mem
 

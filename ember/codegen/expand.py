@@ -251,8 +251,9 @@ class Expander:
                 if self.renderer.renders_vector(wide):
                     out.append(wide)
                     continue
-            out += [st.replace(src=(self.at(idx, offsets, gate, i), self.lane(v, i))) for i in range(self.width)]
-        return out
+            out += [st.replace(src=(self.at(idx, offsets, gate, i), self.lane(v, i))) for i in range(self.width)
+                    if gate is None or (g := self.lane(gate, i)).op is not Ops.CONST or g.arg]  # (a lane past an
+        return out  # axis's end, opt.upcast_padded, writes nothing)
 
 
 def load_gates(load: UOp) -> tuple[UOp, ...]:

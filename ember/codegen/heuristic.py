@@ -29,6 +29,8 @@ from ember.uop.symbolic import symbolic
 from ember.uop.upat import graph_rewrite, substitute
 
 THREAD_WORK = 1 << 16  # iterations of the innermost body (lanes counted) below which a kernel stays on one core
+PAD_SLACK = 4 / 3  # an output axis no four lanes divide (a 14-wide row) gets full vectors if this few lanes idle
+PAD_VECTORS = 4  # and if it is at most this many vectors long: upcast whole, in one step
 VECTOR_REGISTERS = {64: 32, 32: 16, 16: 16}  # by vector width in bytes: x86's zmm, ymm and xmm register files
 
 
@@ -63,6 +65,8 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     widest = max((u.src[1].dtype.itemsize if u.op is Ops.STORE else u.dtype.itemsize for u in nodes
                   if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and u.src[0].src[1].ranges), default=4)
     lanes = renderer.vector_bytes // widest
+    if any(u.op is Ops.REDUCE and u.dtype.is_bool for u in nodes): lanes = 1  # (no vectors of bool accumulators:
+    # any() over an axis whose outputs vectors would cover)
     # a loop of symbolic size (a batch: ember/variables.py) gets no vector lanes and no threads, only register rows
     outputs = [a for a in axes if a.arg.kind is not AxisKind.REDUCE and fixed(a)]
     batch = [a for a in axes if a.arg.kind is not AxisKind.REDUCE and not fixed(a)]
@@ -78,9 +82,13 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         opts.append(Opt(op, position(rng), amount))  # type: ignore[arg-type]
         sink = apply_opt(sink, opts[-1])
 
-    def fit(a: UOp) -> int:  # lanes for axis a: a power of two dividing its size, at most a full vector
-        size = range_size(a)
-        return min(lanes, size & -size)
+    def fit(a: UOp) -> int:  # lanes for axis a: a power of two dividing its size, at most a full vector; a full
+        size = range_size(a)  # vector over an output axis that no four lanes divide, padded (opt.upcast_padded)
+        whole = min(lanes, size & -size)
+        if whole >= min(4, lanes) or a.arg.kind is AxisKind.REDUCE or padded(size, lanes) > PAD_SLACK * size or \
+                size > PAD_VECTORS * lanes:
+            return whole
+        return lanes
 
     vector = None
     if lanes >= 2:
@@ -113,7 +121,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
                    key=lambda a: (sum(a not in o.ranges for o in streamed), a.arg.axis))
         # r*v accumulators, a loaded vector and a broadcast in registers; v up to 8 vectors (a conv's 56-wide rows: 7)
         tiles = [(r, v) for r in (8, 6, 4, 3, 2, 1) for v in (4, 3, 2, 1, 8, 7, 6, 5) if r * v + 2 <= registers and
-                 (not fixed(rows) or range_size(rows) % r == 0) and range_size(vector) % (lanes * v) == 0]
+                 (not fixed(rows) or range_size(rows) % r == 0) and whole_steps(range_size(vector), lanes, v)]
         r, v = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - 2 * t[1])))
         add(OptOps.UPCAST, vector, lanes * v)
         if r > 1: add(OptOps.UPCAST, rows, r)
@@ -123,7 +131,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
             opts.append(Opt(OptOps.SWAP, q, p))
             sink = apply_opt(sink, opts[-1])
     elif vector is not None:
-        add(OptOps.UPCAST, vector, lanes)
+        add(OptOps.UPCAST, vector, lanes if range_size(vector) % lanes == 0 else padded(range_size(vector), lanes))
     if vector is None or vector.arg.kind is not AxisKind.REDUCE:
         # a short reduce axis that a gate reads beside the vector axis (a convolution's kx over a padding it does
         # not store) is unrolled: each copy's gate then settles lane by lane, true inside the row, false on the
@@ -140,6 +148,18 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
                 add(OptOps.THREAD, a, cores)
                 break
     return opts
+
+
+def padded(size: int, amount: int) -> int:
+    """`size` rounded up to a multiple of `amount`: the lanes an UPCAST by `amount` runs."""
+    return -(-size // amount) * amount
+
+
+def whole_steps(size: int, lanes: int, vectors: int) -> bool:
+    """Whether `vectors` vectors of `lanes` step through an axis of `size` evenly, or, where lanes do not divide it
+    (a padded axis), in one step: its gates are then constants, whole vectors or masks, and its stores lane by lane
+    at most once (over several steps each would test its lane's row)."""
+    return size % (lanes * vectors) == 0 if size % lanes == 0 else vectors == -(-size // lanes)
 
 
 SETTLED_UNROLL = 8  # most copies of the loop body unrolled so that a padding's gates settle lane by lane

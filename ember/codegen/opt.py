@@ -1,10 +1,11 @@
 """Kernel optimizations as values: `Opt(op, axis, amount)`, checked and applied to a rangeified kernel.
 
 Before: rangeify's `SINK(STORE, ...)` (see rangeify.py), its loops RANGEs of kind GLOBAL/LOOP (output) and REDUCE.
-After:  the same kernel with some loops split. `Opt(UPCAST, a, n)` splits output axis `a` (size S, n dividing S)
-        into `a_outer*n + a_lane`, `a_lane` a RANGE of kind UPCAST that expand.py turns into vector lanes or
-        unrolled copies; UNROLL does the same to a reduce axis (kind UNROLL); `Opt(THREAD, a, n)` splits it into
-        `core*(S/n) + a_inner`, `core` a SPECIAL node: the kernel runs once per core, each doing one slice.
+After:  the same kernel with some loops split. `Opt(UPCAST, a, n)` splits output axis `a` (size S) into
+        `a_outer*n + a_lane` (where n does not divide S: ceil(S/n) steps, the lanes past S gated off), `a_lane` a
+        RANGE of kind UPCAST that expand.py turns into vector lanes or unrolled copies; UNROLL does the same to a
+        reduce axis (kind UNROLL, n dividing S); `Opt(THREAD, a, n)` splits it into `core*(S/n) + a_inner`,
+        `core` a SPECIAL node: the kernel runs once per core, each doing one slice.
 
 An axis number indexes `kernel_axes(sink)`: the output loops in order, then the reduce loops; a lane range is no
 longer an axis. The first UPCAST or UNROLL applied is the one expand.py makes vector lanes of (each lane a memory
@@ -81,10 +82,12 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
             return upcast_symbolic(sink, rng, amount, fresh_axis(sink), opt)
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size (only UPCAST splits one)")
     size = range_size(rng)
-    if amount < 2 or size % amount: raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}")
     if reduces != (opt.op is OptOps.UNROLL):
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is {'a reduce' if reduces else 'an output'} axis; "
                              f"{opt.op.name} applies to {'reduce' if opt.op is OptOps.UNROLL else 'output'} axes")
+    if opt.op is OptOps.UPCAST and 2 <= amount < 2 * size and size % amount:
+        return upcast_padded(sink, rng, amount, fresh_axis(sink), opt)
+    if amount < 2 or size % amount: raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}")
     fresh = fresh_axis(sink)
     dtype = rng.dtype
     if opt.op is OptOps.THREAD:
@@ -126,6 +129,26 @@ def upcast_symbolic(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> U
     sink = substitute(sink, {st: gated(st) for st in sink.toposort() if st.op is Ops.STORE and
                              rng in st.src[0].src[1].ranges})
     sink = substitute(sink, {rng: inside.where(row, end - 1)})
+    return graph_rewrite(sink, symbolic, name=f"opt {opt}")
+
+
+def upcast_padded(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> UOp:
+    """UPCAST of an output loop of fixed size S by an `amount` that does not divide it (a 14-wide row of a
+    convolution in vectors of 8): ceil(S / amount) steps of `amount` lanes, the lanes past S gated off in every
+    access that moves with the loop: their loads read no memory and give 0, their stores write nothing (expand.py
+    makes the loads of consecutive lanes one masked vector load). Unlike a symbolic size's clamp (upcast_symbolic)
+    a gate keeps the addresses of a vector's lanes consecutive."""
+    size, dtype = range_size(rng), rng.dtype
+    lane = UOp.range(amount, fresh, AxisKind.UPCAST, dtype)
+    steps = -(-size // amount)
+    row = UOp.range(steps, rng.arg.axis, rng.arg.kind, dtype) * amount + lane if steps > 1 else lane
+    inside = row < size
+
+    def gated(idx: UOp) -> UOp:  # INDEX(buf, offset[, gate]) valid only where row < S
+        return idx.replace(src=(*idx.src[:2], inside if len(idx.src) < 3 else idx.src[2] & inside))
+    sink = substitute(sink, {u: gated(u) for u in sink.toposort() if u.op is Ops.INDEX and
+                             u.src[0].op is Ops.DEFINE_GLOBAL and rng in u.src[1].ranges})
+    sink = substitute(sink, {rng: row})
     return graph_rewrite(sink, symbolic, name=f"opt {opt}")
 
 

@@ -40,29 +40,34 @@ def conv_weight(cout: int, cin: int) -> np.ndarray:
     return (RNG.standard_normal((cout, cin, 3, 3)) / np.sqrt(9 * cin)).astype(np.float32)
 
 
-@pytest.mark.parametrize("channels", [8, 128])
-def test_eval_batchnorm_after_a_conv_is_the_conv_kernels_epilogue(channels: int):
+SIZES = [(8, 8), (128, 8), (128, 14), (64, 7)]  # (channels, height = width): rows of 14 and 7 are not whole vectors
+
+
+@pytest.mark.parametrize("channels, size", SIZES)
+def test_eval_batchnorm_after_a_conv_is_the_conv_kernels_epilogue(channels: int, size: int):
     """(conv(x, w) - mean) * gamma / sqrt(var + eps) + beta adds no kernel to the convolution's: the per-channel
-    scale is computed in the conv kernel after its reduction (from 128 channels it was a kernel of its own)."""
-    x = RNG.standard_normal((2, channels, 8, 8)).astype(np.float32)
+    scale is computed in the conv kernel after its reduction (from 128 channels it was a kernel of its own), and
+    the convolution reads its input through the padding's gates: one kernel, as tinygrad (at 14 x 14 it stored a
+    padded copy first, its rows too narrow for vectors before opt.upcast_padded)."""
+    x = RNG.standard_normal((2, channels, size, size)).astype(np.float32)
     w = conv_weight(channels, channels)
     bn, p = eval_batchnorm(channels)
     tx, tw = Tensor(x).realize(), Tensor(w).realize()
     out = bn(tx.conv2d(tw, padding=1))
-    assert kernel_count(out) == kernel_count(tx.conv2d(tw, padding=1)) <= 2
+    assert kernel_count(out) == kernel_count(tx.conv2d(tw, padding=1)) == 1
     want = torch_bn(F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1), p).numpy()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("channels", [8, 128])
-def test_resnet_basic_block_is_its_two_convolutions_kernels(channels: int):
+@pytest.mark.parametrize("channels, size", SIZES)
+def test_resnet_basic_block_is_its_two_convolutions_kernels(channels: int, size: int):
     """relu(bn2(conv2(relu(bn1(conv1(x))))) + x): each BatchNorm, relu and the residual add fuse into a conv kernel."""
-    x = RNG.standard_normal((2, channels, 8, 8)).astype(np.float32)
+    x = RNG.standard_normal((2, channels, size, size)).astype(np.float32)
     w1, w2 = conv_weight(channels, channels), conv_weight(channels, channels)
     (bn1, p1), (bn2, p2) = eval_batchnorm(channels), eval_batchnorm(channels)
     tx, tw1, tw2 = Tensor(x).realize(), Tensor(w1).realize(), Tensor(w2).realize()
     out = (bn2(bn1(tx.conv2d(tw1, padding=1)).relu().conv2d(tw2, padding=1)) + tx).relu()
-    assert kernel_count(out) == 2 * kernel_count(tx.conv2d(tw1, padding=1)) <= 4
+    assert kernel_count(out) == 2 * kernel_count(tx.conv2d(tw1, padding=1)) == 2
     tx, tw1, tw2 = (torch.from_numpy(a) for a in (x, w1, w2))
     want = (torch_bn(F.conv2d(torch_bn(F.conv2d(tx, tw1, padding=1), p1).relu(), tw2, padding=1), p2) + tx).relu()
     np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
