@@ -30,6 +30,7 @@ from ember.ad.sparsity import (
     star_coloring,
     star_recovery,
     stencil_offsets,
+    translate_colorings,
 )
 from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
 from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
@@ -236,7 +237,7 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
     with tracing(xs): out = _single(f, xs, "spjacobian")
     pattern = dependencies(out.uop, xs[a].uop, {x.uop for x in xs})
     m, n = pattern.shape
-    by_col, by_row = color_columns(pattern), color_rows(pattern)
+    by_col, by_row = periodic(color_columns(pattern), pattern), periodic(color_rows(pattern), pattern.T)
     n_col, n_row = (int(c.max(initial=-1)) + 1 if pattern.any() else 0 for c in (by_col, by_row))
     x_shape = f.args[a].shape
     lattice = _lattice(pattern, x_shape, min(n_col, n_row) + 1) if tuple(out.shape) == tuple(x_shape) else None
@@ -255,6 +256,19 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
         else: compressed = reverse_directions(out, ts[a], _seeds(by_row, n_row, out.shape))
         return _recover(compressed, where)
     return SparseFunction(f"{f.name}_spjac", fn, f.args, f.arg_names, pattern, n_col if forward else n_row)
+
+
+def periodic(colors: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+    """`colors` of `pattern`'s columns, or as many colored by translates (sparsity.translate_colorings) where those
+    repeat in fewer runs: the seeds are then arithmetic, and the loop over a multiple-shooting problem's intervals
+    has no exceptions at the ends of its runs to peel."""
+    runs = _runs(colors)
+    if runs is not None and len(runs) == 1: return colors
+    for other in translate_colorings(pattern, range(1, PERIOD_LIMIT + 1)):
+        if other.max(initial=-1) <= colors.max(initial=-1):
+            if (found := _runs(other)) is not None and (runs is None or len(found) < len(runs)): return other
+            break
+    return colors
 
 
 def _lattice(pattern: np.ndarray, shape: tuple[int, ...], limit: int) -> Lattice | None:

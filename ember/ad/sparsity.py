@@ -22,6 +22,7 @@ banded matrix of band width w gets w colors, an arrowhead 2 wherever its hub var
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -154,6 +155,33 @@ def color_columns(pattern: np.ndarray) -> np.ndarray:
 
 def color_rows(pattern: np.ndarray) -> np.ndarray:
     return color_columns(pattern.T)
+
+
+def translate_colorings(pattern: np.ndarray, periods: range) -> Iterator[np.ndarray]:
+    """For each period p, a column coloring in which column j + p has column j's color wherever it is j's
+    translate (its rows are j's moved by one offset): greedy over the classes those pairs join, smallest free
+    color first, first member first; none for a p whose class would hold two columns that share a row.
+
+    A multiple-shooting problem's defects are such translates from interval to interval, except where a run of
+    intervals ends. Greedy over single columns gives the first and last interval other colors than the middle
+    (it meets them before their neighbours in the next run), and those exceptions cost the derivative's loop over
+    the intervals peeled steps and a gate per seed; colored by class, every run repeats one table."""
+    n = pattern.shape[1]
+    rows_of = [np.flatnonzero(c) for c in pattern.T]
+    cols_of = [np.flatnonzero(r) for r in pattern]
+    for p in periods:
+        classes = list(range(n))  # each column's class: its first member
+        for j in range(n - p):
+            a, b = rows_of[j], rows_of[j + p]
+            if len(a) and len(a) == len(b) and np.array_equal(b - b[0], a - a[0]): classes[j + p] = classes[j]
+        if any(len({classes[j] for j in cols}) < len(cols) for cols in cols_of): continue  # a class shares a row
+        conflicts: dict[int, set[int]] = {c: set() for c in classes}
+        for cols in cols_of:
+            for j in cols: conflicts[classes[j]].update(classes[k] for k in cols)
+        color: dict[int, int] = {}
+        for c in sorted(conflicts):
+            color[c] = _smallest_free({color[k] for k in conflicts[c] if k in color})
+        yield np.array([color[c] for c in classes], dtype=np.int64)
 
 
 def vertex_orders(degrees: list[int]) -> list[list[int]]:

@@ -87,8 +87,8 @@ pm_fold = symbolic + pm_simplify_gated_index + PatternMatcher([
 
 
 def at_step(stores: list[UOp], r: UOp, value: UOp) -> list[UOp]:
-    """The stores with r replaced by `value`, simplified."""
-    return [graph_rewrite(substitute(st, {r: value}), pm_fold) for st in stores]
+    """The stores with r replaced by `value`, simplified (in one rewrite: the stores share most of their graph)."""
+    return list(graph_rewrite(substitute(UOp(Ops.SINK, dtypes.void, tuple(stores)), {r: value}), pm_fold).src)
 
 
 def reroll(copies: list[list[UOp]], q: UOp) -> list[UOp] | None:
@@ -105,18 +105,32 @@ def reroll(copies: list[list[UOp]], q: UOp) -> list[UOp] | None:
     for d in (d for d in range(1, period) if period % d == 0):
         groups = period // d
         u = UOp.range(UOp.const(q.dtype, steps * groups), q.arg.axis, q.arg.kind, q.dtype)
-        first = [st for copy in copies[:d] for st in copy]
+        groups_stores = [[st for copy in copies[g * d:(g + 1) * d] for st in copy] for g in range(groups)]
+        # first what is cheap to compare: the float operations each group computes, which a rerolled loop keeps
+        # (a multiple-shooting jacobian's body of 7,000 nodes a copy stores another row's sweep in each color)
+        if len({float_work(stores) for stores in groups_stores}) > 1: continue
+        first = UOp(Ops.SINK, dtypes.void, tuple(groups_stores[0]))
         scaled: dict[UOp, UOp] = {}
-        for n in UOp(Ops.SINK, dtypes.void, tuple(first)).toposort():
+        for n in first.toposort():
             if n.op is Ops.MUL and q in n.src and (c := n.src[1] if n.src[0] is q else n.src[0]).op is Ops.CONST \
                     and c.arg % groups == 0:
                 scaled[n] = u if c.arg == groups else u * (c.arg // groups)
-        body = [substitute(st, scaled) for st in first]
-        if any(q in n.src for st in body for n in st.toposort()): continue  # q in another form: not affine in u
-        if all(at_step(body, u, q * groups + g) == [st for copy in copies[g * d:(g + 1) * d] for st in copy]
-               for g in range(groups)):
-            return body
+        body = substitute(first, scaled)
+        if any(q in n.src for n in body.toposort()): continue  # q in another form: not affine in u
+        if all(at_step(list(body.src), u, q * groups + g) == stores for g, stores in enumerate(groups_stores)):
+            return list(body.src)
     return None
+
+
+PATH_PRIME = (1 << 61) - 1
+
+
+def float_work(stores: list[UOp]) -> tuple[int, ...]:
+    """How many float operations each stored value is made of, counted once per path to it."""
+    sizes: dict[UOp, int] = {}
+    for u in UOp(Ops.SINK, dtypes.void, tuple(stores)).toposort():  # (a count over paths, modulo a prime: cheap,
+        sizes[u] = (int(u.dtype.is_float) + sum(sizes[s] for s in u.src)) % PATH_PRIME  # and enough to compare)
+    return tuple(sizes[st.src[1]] for st in stores)
 
 
 def split(stores: list[UOp], r: UOp, period: int, lo: int, hi: int) -> tuple[list[UOp], UOp]:

@@ -209,16 +209,13 @@ def index_movement(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...
     return inside.where(read(src, *ctx.simplify((valid & inside,)), moved), UOp.const(x.dtype, 0))
 
 
-WINDOW_LANES = 4  # a window's output row splits into vectors of at least this many lanes (a 14-wide one does not)
-
-
 def stride_one_window(pad: UOp, consumers: dict[UOp, list[UOp]]) -> bool:
     """Whether the reads of `pad` through the chain of movement ops above it (a convolution's or a pool's windows)
     step by one along its last axis with every loop that moves them: ox + kx, not 2 * ox + kx (a strided window)
-    or ox + 2 * kx (a dilated one), and the output row splits into vectors (a multiple of WINDOW_LANES wide). Along
-    such an axis the vector lanes of the reader's loads are consecutive, and once the window's axis is unrolled
-    the padding's gates settle lane by lane (codegen/heuristic.py), so the reader needs no padded copy. False where
-    the chain branches or a read is never inside."""
+    or ox + 2 * kx (a dilated one). Along such an axis the vector lanes of the reader's loads are consecutive (a
+    row that vectors do not divide gets its last lanes gated off: opt.upcast_padded), and once the window's axis is
+    unrolled the padding's gates settle lane by lane (codegen/heuristic.py), so the reader needs no padded copy.
+    False where the chain branches or a read is never inside."""
     top = pad
     while len(consumers.get(top, ())) == 1 and (c := consumers[top][0]).op in GroupOp.Movement: top = c
     chain: list[UOp] = []
@@ -239,7 +236,7 @@ def stride_one_window(pad: UOp, consumers: dict[UOp, list[UOp]]) -> bool:
     reduced = {i for c in consumers.get(top, ()) for r in [c, *consumers.get(c, ())][:2] if r.op is Ops.REDUCE_AXIS
                and r.src[0].shape == top.shape for i in r.arg[1]}
     longest = max(last.ranges, key=lambda r: r.src[0].arg)
-    return loops.index(longest) not in reduced and longest.src[0].arg % WINDOW_LANES == 0
+    return loops.index(longest) not in reduced
 
 
 def index_reduce(ctx: RangeifyContext, x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:
@@ -301,6 +298,9 @@ def drop_true_gate(x: UOp, g: UOp, i: UOp) -> UOp:
 
 UNROLL_AXIS_LIMIT = 16  # an output axis this small that the value branches on is unrolled, as long as the unrolled
 # axes make at most helpers.UNROLL stores
+STRAIGHT_AXIS_LIMIT = 32  # the longest such axis of a value with no reduction that a compared ARANGE chooses by (a
+# derivative's directions): the 18 row colors of a multiple-shooting jacobian (a quadrotor's, N = 50), looped, ran
+# each interval's reverse sweep once per color, its seeds unknown (4.5x CasADi's time; unrolled 1.1x)
 STRAIGHT_UNROLL = 4  # times UNROLL for a value with no reduction (branching_axes): the vmapped jacobian of a
 # quadrotor's RK4 step, 12 x 16 entries a point, looped over its 16 columns: 14.4 ms for 1000 points, unrolled 1.3
 
@@ -359,6 +359,8 @@ def store_over_ranges(ctx: RangeifyContext, view: UOp, value: UOp) -> UOp | None
 
 
 Axes = tuple[frozenset[int], ...]  # per axis of a node: the output axes its index is computed from
+REDUCED = -1  # beside them: a reduced axis (an axis indexed by oy and ky is a window: oy + ky)
+WINDOW = frozenset({REDUCED})
 
 
 def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
@@ -374,7 +376,8 @@ def source_axes(u: UOp, axes: Axes) -> list[tuple[UOp, Axes]]:
     if u.op is Ops.PERMUTE: return [(u.src[0], tuple(axes[u.arg.index(j)] for j in range(len(axes))))]
     if u.op is Ops.EXPAND:
         return [(u.src[0], tuple(none if s == 1 else a for a, s in zip(axes, u.src[0].shape, strict=True)))]
-    if u.op is Ops.REDUCE_AXIS: return [(u.src[0], tuple(none if i in u.arg[1] else a for i, a in enumerate(axes)))]
+    if u.op is Ops.REDUCE_AXIS:
+        return [(u.src[0], tuple(WINDOW if i in u.arg[1] else a for i, a in enumerate(axes)))]
     if u.op is Ops.GATHER:
         a, k = u.arg, len(u.src[1].shape)
         return [(u.src[0], (*axes[:a], none, *axes[a + k:])), (u.src[1], axes[a:a + k])]
@@ -391,22 +394,32 @@ def branching_axes(value: UOp, shape: tuple[Sint, ...]) -> frozenset[int]:
 
     An ARANGE only counts below a comparison or as a GATHER's index: one that is arithmetic (the counters random
     numbers are made of) chooses nothing, and unrolled it copied Threefry's rounds once per element (randn of
-    2 x 8 x 16 x 16: a million lines of C, which crashed gcc)."""
+    2 x 8 x 16 x 16: a million lines of C, which crashed gcc). A PAD along an axis indexed together with a reduced
+    one (a convolution's input, read at oy + ky) chooses nothing either: every position's loop crosses the padding,
+    so unrolled, a 7 x 7 output copied its 2304-step loop 49 times and got no vector lanes."""
     found: set[int] = set()
+    chooses: set[int] = set()  # (the axes a compared ARANGE chooses by: a derivative's directions, one-hots)
     start: Axes = tuple(frozenset({a}) for a in range(len(shape)))
     seen, stack = {(value, start, False)}, [(value, start, False)]
     reduces = False
     while stack:
         u, axes, compared = stack.pop()
         reduces |= u.op is Ops.REDUCE_AXIS
-        if u.op is Ops.ARANGE and compared: found.update(*axes)
-        if u.op is Ops.PAD: found.update(*(a for a, pad in zip(axes, u.arg, strict=True) if pad != (0, 0)))
+        if u.op is Ops.ARANGE and compared: found.update(*axes); chooses.update(*axes)
+        if u.op is Ops.PAD:  # (not a padding read through a window: each position's loop reads both sides of it)
+            found.update(*(a for a, pad in zip(axes, u.arg, strict=True) if pad != (0, 0) and REDUCED not in a))
         for s, s_axes in source_axes(u, axes):
             item = (s, s_axes, compared or u.op in GroupOp.Comparison or (u.op is Ops.GATHER and s is u.src[1]))
-            if item not in seen and any(s_axes): seen.add(item); stack.append(item)
+            if item not in seen and any(a - WINDOW for a in s_axes): seen.add(item); stack.append(item)
+    found.discard(REDUCED)
     chosen, stores, limit = [], 1, UNROLL.value * (1 if reduces else STRAIGHT_UNROLL)
-    for size, a in sorted((shape[a], a) for a in found if type(shape[a]) is not UOp):  # (a symbolic axis loops)
-        if 1 < size <= UNROLL_AXIS_LIMIT and stores * size <= limit: chosen, stores = [*chosen, a], stores * size
+    sizes = sorted((shape[a], a) for a in found if type(shape[a]) is not UOp)  # (a symbolic axis loops)
+    # one longer axis, where no other could be unrolled instead: a jacobian's directions beside its long positions
+    # (not positions of 30 intervals beside 3 directions: periodic.py splits those, unrolled they are code)
+    long_one = not reduces and sum(1 < size <= STRAIGHT_AXIS_LIMIT for size, _ in sizes) == 1
+    for size, a in sizes:
+        longest = STRAIGHT_AXIS_LIMIT if long_one and a in chooses else UNROLL_AXIS_LIMIT
+        if 1 < size <= longest and stores * size <= limit: chosen, stores = [*chosen, a], stores * size
     return frozenset(chosen)
 
 

@@ -371,6 +371,41 @@ def test_a_hessian_colored_in_runs_seeds_by_arithmetic_and_computes_each_interva
     np.testing.assert_array_equal(f(w), f.call_kernels(w))
 
 
+def test_a_multiple_shooting_jacobian_colors_its_rows_in_one_table_per_component():
+    """The defects of a 9-state ring model over 20 intervals (each component's defects in a run): greedy coloring
+    gives the first and last interval of a run other colors than the middle (49 runs of colors); colored by
+    translates (interval k + 2's rows like interval k's) the 9 components are 9 runs, with no more colors. Oracle:
+    the pattern itself (no two rows sharing a column alike) and torch.func.jacrev for the values."""
+    torch = pytest.importorskip("torch")
+    from ember.ad.sparse import _runs, periodic
+    from ember.ad.sparsity import color_rows, dependencies
+    from ember.export.function import placeholders_for, tracing
+    from tests.export.test_derivative_code import STATES, rk4_step
+    n = 20
+
+    def defects(w, sin, cos, join):
+        states = [w[i * (n + 1):(i + 1) * (n + 1)] for i in range(STATES)]
+        step = rk4_step([*(x[:n] for x in states), w[STATES * (n + 1):]], sin, cos, list)
+        return join([x[1:] - s for x, s in zip(states, step, strict=True)])
+    f = NumericalFunction("ring_defects", lambda w: defects(w, Tensor.sin, Tensor.cos, lambda xs: Tensor.cat(*xs)),
+                          [Arg(STATES * (n + 1) + n)])
+    xs = placeholders_for(f.args)
+    with tracing(xs): out = f.fn(*xs)
+    pattern = dependencies(out.uop, xs[0].uop, {x.uop for x in xs})
+    greedy = color_rows(pattern)
+    colors = periodic(greedy, pattern.T)
+    for column in pattern.T:  # rows sharing a column differ
+        rows = np.flatnonzero(column)
+        assert len(set(colors[rows].tolist())) == len(rows)
+    assert colors.max() <= greedy.max() and len(_runs(greedy) or ()) > STATES
+    assert [start for start, _ in _runs(colors)] == [k * n for k in range(STATES)]
+    jac = ad.spjacobian(f)
+    assert jac.colors == colors.max() + 1
+    w = 0.3 * np.random.default_rng(4).standard_normal(STATES * (n + 1) + n)
+    want = torch.func.jacrev(lambda t: defects(t, torch.sin, torch.cos, torch.cat))(torch.tensor(w)).numpy()
+    assert scaled_error(jac.to_dense(jac(w)), want) < DENSE_TOL
+
+
 def test_an_irregular_pattern_reads_its_positions_from_a_table():
     """Positions with no period (random couplings) stay a constant table of int32 (the values are checked against
     the dense derivative with the other cases)."""
