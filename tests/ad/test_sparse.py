@@ -380,13 +380,10 @@ def test_a_multiple_shooting_jacobian_colors_its_rows_in_one_table_per_component
     from ember.ad.sparse import _runs, periodic
     from ember.ad.sparsity import color_rows, dependencies
     from ember.export.function import placeholders_for, tracing
-    from tests.export.test_derivative_code import STATES, rk4_step
+    from tests.export.test_derivative_code import STATES, shooting_defects
     n = 20
 
-    def defects(w, sin, cos, join):
-        states = [w[i * (n + 1):(i + 1) * (n + 1)] for i in range(STATES)]
-        step = rk4_step([*(x[:n] for x in states), w[STATES * (n + 1):]], sin, cos, list)
-        return join([x[1:] - s for x, s in zip(states, step, strict=True)])
+    def defects(w, sin, cos, join): return shooting_defects(w, n, sin, cos, join)
     f = NumericalFunction("ring_defects", lambda w: defects(w, Tensor.sin, Tensor.cos, lambda xs: Tensor.cat(*xs)),
                           [Arg(STATES * (n + 1) + n)])
     xs = placeholders_for(f.args)

@@ -102,6 +102,15 @@ def test_a_reverse_jacobian_through_a_solve_is_one_kernel_computing_the_primal_o
     for got, w in zip(jac(q, rhs), want, strict=True): assert scaled_error(got, w.numpy()) < 1e-12
 
 
+def shooting_defects(w, intervals: int, sin, cos, join):
+    """The continuity defects of the ring model's multiple shooting, laid out as in shooting_lagrangian: next node
+    minus RK4 step, joined component by component."""
+    n = intervals
+    states = [w[i * (n + 1):(i + 1) * (n + 1)] for i in range(STATES)]
+    step = rk4_step([*(x[:n] for x in states), w[STATES * (n + 1):]], sin, cos, list)
+    return join([x[1:] - s for x, s in zip(states, step, strict=True)])
+
+
 def shooting_lagrangian(w, lam, intervals: int, sin, cos, join, total):
     """A multiple-shooting Lagrangian written vectorized over the intervals, the way one writes an NLP: w holds each of
     the STATES components of the ring model at the nodes, then the control on each interval; thrust^2 plus lam .
@@ -139,15 +148,12 @@ def test_a_multiple_shooting_jacobians_seeds_are_arithmetic_not_a_table():
     comparisons and remainders of the row, recomputed where read (kernelize never stores positional arithmetic);
     stored, they were a constant int32 table and every seed a load. Values against torch.func.jacfwd."""
     n = 20
-
-    def defects(w, sin, cos, join):
-        states = [w[i * (n + 1):(i + 1) * (n + 1)] for i in range(STATES)]
-        step = rk4_step([*(x[:n] for x in states), w[STATES * (n + 1):]], sin, cos, list)
-        return join([x[1:] - s for x, s in zip(states, step, strict=True)])
-    f = NumericalFunction("defects", lambda w: defects(w, Tensor.sin, Tensor.cos, lambda xs: Tensor.cat(*xs)),
+    def cat(xs): return Tensor.cat(*xs)
+    f = NumericalFunction("defects", lambda w: shooting_defects(w, n, Tensor.sin, Tensor.cos, cat),
                           [Arg(STATES * (n + 1) + n)])
     jac = ember.ad.spjacobian(f)
     assert not any(b.dtype.is_int and b.size in (STATES * n, STATES * (n + 1) + n) for b in jac.plan.constants)
     w = 0.3 * np.random.default_rng(6).standard_normal(STATES * (n + 1) + n)
-    want = torch.func.jacfwd(lambda t: defects(t, torch.sin, torch.cos, torch.cat))(torch.tensor(w)).numpy()
+    want = torch.func.jacfwd(lambda t: shooting_defects(t, n, torch.sin, torch.cos, torch.cat))(
+        torch.tensor(w)).numpy()
     assert scaled_error(jac.to_dense(jac(w)), want) < 1e-12
