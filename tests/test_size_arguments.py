@@ -229,3 +229,27 @@ def test_expand_as_and_broadcast_to_carry_gradients_as_torch() -> None:
     ey = Tensor(x, requires_grad=True)
     ey.broadcast_to((4, 2, 3)).sum().backward()
     np.testing.assert_array_equal(ey.grad.numpy(), tx.grad.numpy())
+
+
+@pytest.mark.parametrize("n", NUMPY_INTS, ids=_ids(NUMPY_INTS))
+def test_split_and_repeat_interleave_take_numpy_ints(n: Any) -> None:
+    # both refused them (split took a numpy int for a list of sections and failed inside sum()); torch takes a list
+    # of numpy ints and repeat_interleave(np.int64(3)); split(np.int64(2)) it refuses, an accident of its dispatch
+    x = np.arange(6.0, dtype=np.float32)
+    want = torch.from_numpy(x).split([int(n), 6 - int(n)])
+    got = Tensor(x).split([n, 6 - int(n)])
+    assert [p.shape for p in got] == [tuple(p.shape) for p in want]
+    for g, w in zip(got, want, strict=True): np.testing.assert_array_equal(g.numpy(), w.numpy())
+    assert [p.shape for p in Tensor(x).split(n)] == [tuple(p.shape) for p in torch.from_numpy(x).split(int(n))]
+    np.testing.assert_array_equal(Tensor(x).repeat_interleave(n).numpy(),
+                                  torch.from_numpy(x).repeat_interleave(n).numpy())
+
+
+@pytest.mark.parametrize("n", NOT_INTS, ids=_ids(NOT_INTS))
+def test_split_and_repeat_interleave_refuse_what_is_not_an_int(n: Any) -> None:
+    x = np.arange(6.0, dtype=np.float32)
+    with pytest.raises(TypeError): torch.from_numpy(x).split(n)
+    with pytest.raises(SizeTypeError, match=r"^split: sizes must be ints"): Tensor(x).split(n)
+    with pytest.raises(SizeTypeError, match=r"^split: sizes must be ints"): Tensor(x).split([n, 3])
+    with pytest.raises(TypeError): torch.from_numpy(x).repeat_interleave(n)
+    with pytest.raises(SizeTypeError, match=r"^repeat_interleave: sizes must be ints"): Tensor(x).repeat_interleave(n)

@@ -553,9 +553,11 @@ class MovementMixin:
         """Pieces of `sizes` elements along `dim` (an int: pieces of that size, the last one shorter)."""
         d = _real_axis(self, dim, "split")
         n = self.shape[d]
-        if isinstance(sizes, int):
-            if sizes <= 0: raise ShapeError(f"split: piece size must be positive, got {sizes}")
-            sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+        if not isinstance(sizes, (list, tuple)):  # (an int, a numpy int: read as a size)
+            size, = size_args((sizes,), "split", variables=False)
+            if size <= 0: raise ShapeError(f"split: piece size must be positive, got {size}")
+            sizes = [min(size, n - i) for i in range(0, n, size)] or [0]
+        else: sizes = list(size_args(tuple(sizes), "split", variables=False))
         if sum(sizes) != n:
             raise ShapeError(f"split: sizes {list(sizes)} add up to {sum(sizes)}, not {n} ({self.shape})")
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
@@ -578,8 +580,8 @@ class MovementMixin:
 
     def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
         """Each element repeated `repeats` times along `dim` (of the flattened tensor when None), as torch."""
-        if not isinstance(repeats, int) or repeats < 0:
-            raise ShapeError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
+        repeats, = size_args((repeats,), "repeat_interleave", variables=False)
+        if repeats < 0: raise ShapeError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
         x = self.flatten() if dim is None else self
         d = x._axis(0 if dim is None else dim, "repeat_interleave")
         x = x.unsqueeze(d + 1)
