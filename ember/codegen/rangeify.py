@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 
 from ember.codegen.lowerer import end_ranges, reduce_identity
 from ember.codegen.stores import split_stores
-from ember.dtype import DType, PtrDType, dtypes
+from ember.dtype import DType, PtrDType, dtypes, truncate
 from ember.helpers import UNROLL, strides_for_shape
-from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
-from ember.uop.symbolic import affine_step, build_sum, simplify, split_sum, symbolic
+from ember.uop.interpret import exec_alu
+from ember.uop.ops import AxisKind, ConstType, GroupOp, Ops, UOp
+from ember.uop.symbolic import INTS_AND_BOOL, affine_step, build_sum, simplify, split_sum, symbolic
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 from ember.variables import Sint, is_symbolic, max_count
 
@@ -48,6 +49,8 @@ class RangeifyContext:
     # that size made so far; the stores of one split output (codegen/stores.py) share them, in order
     simplified: dict[UOp, UOp] = field(default_factory=dict)  # index expression -> its simplified form
     resolved: dict[UOp, UOp] = field(default_factory=dict)  # tensor-level read -> rangeified (see resolve)
+    values: dict[tuple[UOp, tuple[int, ...]], ConstType] = field(default_factory=dict)  # (node, constant
+    # position) -> its value, for the tables resolve evaluates (constant_at)
 
     def simplify(self, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
         """`idx` in the simplifier's form, so that two reads of a node at one position are one INDEX node.
@@ -67,9 +70,18 @@ class RangeifyContext:
         """Tensor-level `x` rangeified now rather than when the pass reaches it: a gathered position (a value) that
         becomes an index must be kernel-level arithmetic for the simplifier to see through it. A table computed from
         an arange then folds to the constant it holds at each unrolled position (a sparse jacobian's recovery), where
-        an unresolved one kept every read of a position apart."""
+        an unresolved one kept every read of a position apart.
+
+        Such a table read at a constant position is evaluated (constant_at), not rewritten: the rewrite folds it to
+        the same constant, but each position's rewrite walked the table's graph anew (a 3-D Bratu recovery: 725
+        entries, some 70 rules each, 2 of its 5 s to render); evaluated, positions share the values below them."""
         if (done := self.resolved.get(x)) is None:
-            done = self.resolved[x] = graph_rewrite(x, pm_rangeify_symbolic, ctx=self, bottom_up=True)
+            table, idx = x.src[0], x.src[2:]
+            value = constant_at(table, tuple(i.arg for i in idx), self.values) if all(
+                i.op is Ops.CONST and type(s) is int and 0 <= i.arg < s for i, s in zip(idx, table.shape, strict=True)
+            ) else None
+            done = self.resolved[x] = UOp.const(x.dtype, value) if value is not None else \
+                graph_rewrite(x, pm_rangeify_symbolic, ctx=self, bottom_up=True)
         return done
 
     def new_range(self, size: Sint, kind: AxisKind) -> UOp:
@@ -77,6 +89,47 @@ class RangeifyContext:
         if size == 1: return UOp.const(self.index_dtype, 0)
         end = size.cast(self.index_dtype) if type(size) is UOp else UOp.const(self.index_dtype, size)
         return UOp.range(end, next(self.axes), kind, self.index_dtype)
+
+
+def constant_at(x: UOp, pos: tuple[int, ...], values: dict[tuple[UOp, tuple[int, ...]], ConstType]) \
+        -> ConstType | None:
+    """The value of tensor-level `x` at the constant position `pos` (inside its shape), for x integer or bool
+    arithmetic over ARANGEs and CONSTs through movement ops; None for anything else (a load, a reduction, a float,
+    a division by zero, which C leaves undefined and the folder never folds). `values` memoizes (node, position).
+
+    It is the constant that rangeifying `at(x, valid, pos)` folds to, computed as that rewrite computes it: each
+    movement op moves the position as ints (moved_position; a pad's outside is 0), an ARANGE's value is its index
+    cast, an ALU op folds with exec_alu (symbolic.fold_constant_alu). Floats are left to the rewrite, whose rules
+    may drop a float op rather than fold it (x * 0.0). Iterative: a table's graph may be deep."""
+    todo = [(x, pos)]
+    while todo:
+        u, p = todo[-1]
+        if (u, p) in values:
+            todo.pop()
+            continue
+        if u.dtype not in INTS_AND_BOOL: return None
+        if u.op is Ops.CONST: value = u.arg
+        elif u.op is Ops.ARANGE and len(p) == 1: value = exec_alu(Ops.CAST, u.dtype, p)
+        elif u.op in GroupOp.Movement or u.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
+            if is_symbolic(u.shape) or is_symbolic(u.src[0].shape): return None
+            if (moved := p if u.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD) else moved_position(u, p)) is None:
+                value = truncate(0, u.dtype)
+            elif (below := (u.src[0], moved)) not in values:
+                todo.append(below)
+                continue
+            else: value = values[below]
+        elif u.op in GroupOp.Elementwise:
+            if missing := [(s, p) for s in u.src if (s, p) not in values]:
+                todo.extend(missing)
+                continue
+            try:
+                value = exec_alu(u.op, u.dtype, tuple(values[(s, p)] for s in u.src), u.src[0].dtype)
+            except ZeroDivisionError:
+                return None
+        else: return None
+        values[(u, p)] = value
+        todo.pop()
+    return values[(x, pos)]
 
 
 def at(x: UOp, valid: UOp, idx: tuple[UOp, ...]) -> UOp:

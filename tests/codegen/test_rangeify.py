@@ -15,7 +15,15 @@ import pytest
 import torch
 
 from ember import Tensor
-from ember.codegen.rangeify import pm_simplify_gated_index, rangeify, reshape_index
+from ember.codegen.rangeify import (
+    RangeifyContext,
+    at,
+    constant_at,
+    pm_rangeify_symbolic,
+    pm_simplify_gated_index,
+    rangeify,
+    reshape_index,
+)
 from ember.dtype import PtrDType, dtypes
 from ember.errors import SpecError
 from ember.helpers import Context, prod
@@ -461,3 +469,61 @@ def test_a_node_is_read_once_per_position(build: Callable[[], list[UOp]]):
     reads = set(tensor_level_reads(build)[0])
     positions = {(u.src[0], tuple(simplify(i) for i in u.src[2:])) for u in reads}
     assert len(reads) == len(positions), f"{len(reads)} reads of {len(positions)} (node, position) pairs"
+
+
+def shuffled_positions(n: int, depth: int) -> Tensor:
+    """A table of positions computed in the kernel: `depth` rounds of integer arithmetic and flips over an arange."""
+    idx = Tensor.arange(n)
+    for k in range(depth): idx = (idx * 5 + k).flip(0) % n
+    return idx
+
+
+def test_gathering_every_entry_of_a_computed_table_costs_the_table_once():
+    """A gather whose position table is arithmetic over an arange, at each unrolled output position (a sparse
+    jacobian's recovery): each entry folds to a constant. Rewritten per position, every entry walked the table's
+    graph anew, so rangeify's work grew with entries x table (16 entries, 8 rounds of arithmetic: 3509 rules
+    fired, 1040 for one round); evaluated, the entries share the table and the work is the gather's alone."""
+    from ember.uop import upat
+
+    def gathered(depth: int) -> Tensor:
+        return Tensor(np.arange(16, dtype=np.float32) * 1.5).gather(0, shuffled_positions(16, depth))
+
+    def rules_fired(depth: int) -> int:
+        with Context(TRACK_REWRITES=1, UNROLL=64):
+            upat.rewrite_log.clear()
+            sink = rangeify(ast_of(gathered(depth)))
+            fired, upat.rewrite_log[:] = len(upat.rewrite_log), []
+        assert not ranges(sink) and all(u.src[0].src[1].op is Ops.CONST for u in loads(sink))  # unrolled, folded
+        return fired
+
+    assert rules_fired(8) - rules_fired(1) < 16, "the table was rewritten once per entry"
+    want = np.arange(16)
+    for k in range(8): want = (want * 5 + k)[::-1] % 16
+    with Context(UNROLL=64): np.testing.assert_array_equal(gathered(8).numpy(), want * np.float32(1.5))
+
+
+TABLES: list[tuple[str, Callable[[], Tensor]]] = [
+    ("moved", lambda: Tensor.arange(12).reshape(3, 4).permute(1, 0).pad(((1, 0), (0, 2))).flip(1) * 3 - 7),
+    ("selected", lambda: (Tensor.arange(12).reshape(3, 4)[1:, ::-1] // 2 < 2).where(
+        Tensor.arange(12).reshape(3, 4)[1:], -Tensor.arange(12).reshape(3, 4)[:2])),
+    ("broadcast", lambda: Tensor.arange(12).reshape(12, 1).expand(12, 3) % (Tensor.arange(3) + 1).reshape(1, 3)),
+    ("divides_by_zero", lambda: Tensor.arange(12) // (Tensor.arange(12) - 5)),
+    ("float", lambda: (Tensor.arange(12).float() * 0.5).cast(dtypes.int32)),
+]
+
+
+@pytest.mark.parametrize("name, build", TABLES, ids=[c[0] for c in TABLES])
+def test_a_table_entry_evaluates_to_the_constant_its_rewrite_folds_to(name: str, build: Callable[[], Tensor]):
+    """constant_at gives, at every position, the constant that rangeifying the read folds to, and numpy's value;
+    where the rewrite does not fold to a constant (a division by zero, undefined in C) or might fold otherwise (a
+    float), it gives None and the rewrite is used."""
+    value = ast_of(build()).src[0].src[1]
+    ctx, values, want = RangeifyContext(dtypes.int32), {}, build().numpy()
+    for pos in itertools.product(*map(range, value.shape)):
+        read = at(value, UOp.const(dtypes.bool, True), tuple(UOp.const(dtypes.int32, i) for i in pos))
+        folded = graph_rewrite(read, pm_rangeify_symbolic, ctx=ctx, bottom_up=True)
+        got = constant_at(value, pos, values)
+        if name == "float" or name == "divides_by_zero" and pos == (5,):
+            assert got is None
+            continue
+        assert folded.op is Ops.CONST and got == folded.arg == want[pos] and type(got) is type(folded.arg)
