@@ -87,7 +87,10 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
                              f"{opt.op.name} applies to {'reduce' if opt.op is OptOps.UNROLL else 'output'} axes")
     if opt.op is OptOps.UPCAST and 2 <= amount < 2 * size and size % amount:
         return upcast_padded(sink, rng, amount, fresh_axis(sink), opt)
-    if amount < 2 or size % amount: raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}")
+    if amount < 2 or size % amount:
+        padding = " (an UPCAST that does not divide its axis must be less than twice its size)" \
+            if opt.op is OptOps.UPCAST and amount >= 2 else ""
+        raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}{padding}")
     fresh = fresh_axis(sink)
     dtype = rng.dtype
     if opt.op is OptOps.THREAD:

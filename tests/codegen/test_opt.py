@@ -352,7 +352,8 @@ def sink_of(name: str) -> UOp:
 ILLEGAL = [
     ("row_sum_3x17", up(2, 3), r"no axis 2 \(2 axes\)"),
     ("row_sum_3x17", up(-1, 3), r"no axis -1"),
-    ("elementwise_f32_17", up(0, 34), r"34 does not divide the size 17"),
+    ("elementwise_f32_17", up(0, 34), r"34 does not divide the size 17 \(an UPCAST that does not divide its axis "
+                                      r"must be less than twice its size\)"),
     ("elementwise_f32_17", up(0, 1), r"1 does not divide the size 17"),
     ("elementwise_f32_17", thread(0, 0), r"0 does not divide the size 17"),
     ("row_sum_8x64", unroll(0, 2), r"axis 0 is an output axis; UNROLL applies to reduce axes"),
