@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ember.dtype import dtypes
 from ember.helpers import argsort, prod
-from ember.uop.ops import GroupOp, Ops, ScatterArg, UOp, constant_of
+from ember.uop.ops import TANGENT, GroupOp, Ops, ScatterArg, UOp, constant_of
 from ember.uop.upat import PatternMatcher, UPat
 
 if TYPE_CHECKING:
@@ -64,7 +64,15 @@ def grad_atan2(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
     y, x = as_tensor(a, ctx), as_tensor(b, ctx)
     norm = x * x + y * y
     scale = norm.eq(0).where(0.0, norm.reciprocal())
-    return ctx * x * scale, -ctx * y * scale
+    return ctx * (x * scale), ctx * -(y * scale)
+
+
+def grad_div(ctx: Tensor, ret: UOp, a: UOp, b: UOp) -> Grads:
+    """d a/b = da / b - (a/b) db / b. Each incoming gradient is multiplied by a partial derivative that depends on the
+    values alone (1/b, -(a/b)/b), as every rule here does: a jacobian's reverse sweeps, one per seed, then share the
+    partials' one division (as CasADi's do) instead of dividing once per seed."""
+    r = as_tensor(b, ctx).reciprocal()
+    return ctx * r, ctx * -(as_tensor(ret, ctx) * r)
 
 
 def grad_reduce(ctx: Tensor, ret: UOp, x: UOp) -> Grads:
@@ -182,20 +190,20 @@ pm_gradient = PatternMatcher([
     (UPat((Ops.CONTIGUOUS, Ops.COPY), name="ret"), lambda ctx, ret: (ctx,)),
     (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (ctx.contiguous(),)),
     (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),
-    (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * as_tensor(ret, ctx) * as_tensor(ret, ctx),)),
+    (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (ctx * -(as_tensor(ret, ctx) * as_tensor(ret, ctx)),)),
     (UPat(Ops.EXP, name="ret"), lambda ctx, ret: (ctx * as_tensor(ret, ctx),)),
-    (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * as_tensor(ret, ctx) * math.log(2),)),
-    (UPat(Ops.LOG, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / as_tensor(x, ctx),)),
-    (UPat(Ops.LOG2, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx / (as_tensor(x, ctx) * math.log(2)),)),
-    (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (2 * as_tensor(ret, ctx)),)),
+    (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * (as_tensor(ret, ctx) * math.log(2)),)),
+    (UPat(Ops.LOG, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * as_tensor(x, ctx).reciprocal(),)),
+    (UPat(Ops.LOG2, name="ret", src=(UPat.var("x"),)),
+     lambda ctx, ret, x: (ctx * (as_tensor(x, ctx) * math.log(2)).reciprocal(),)),
+    (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx * (2 * as_tensor(ret, ctx)).reciprocal(),)),
     (UPat(Ops.SIN, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx * as_tensor(x, ctx).cos(),)),
     (UPat(GroupOp.Libm, name="ret", src=(UPat.var("x"),)), grad_libm),
     (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),
     (UPat(Ops.SUB, name="ret"), lambda ctx, ret: (ctx, -ctx)),
     (UPat(Ops.MUL, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
      (ctx * as_tensor(b, ctx), ctx * as_tensor(a, ctx))),
-    (UPat(Ops.FDIV, name="ret", src=(UPat.var("a"), UPat.var("b"))), lambda ctx, ret, a, b:
-     (ctx / as_tensor(b, ctx), -ctx * as_tensor(ret, ctx) / as_tensor(b, ctx))),
+    (UPat(Ops.FDIV, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_div),
     (UPat(Ops.MAX, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_max),
     (UPat(Ops.POW, name="ret", src=(UPat.var("a"), UPat.var("b"))), grad_pow),
     (UPat(Ops.MULACC, name="ret", src=(UPat.var("a"), UPat.var("b"), UPat())), lambda ctx, ret, a, b:
@@ -219,6 +227,12 @@ pm_gradient = PatternMatcher([
 ])
 
 
+def accumulate(a: Tensor, b: Tensor) -> Tensor:
+    """a + b as a sum of adjoints (arg TANGENT): a zero term is structural, absent, and folds away."""
+    x, y = a._operands("add", b)
+    return x._wrap(UOp(Ops.ADD, x.dtype, (x.uop, y.uop), TANGENT))
+
+
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
     """d root / d target for every target that root depends on, as lazy tensors (root_grad seeds the walk)."""
     order = list(root.toposort(descend=lambda u: u.op is not Ops.DETACH))
@@ -233,5 +247,5 @@ def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UO
         if src_grads is None: raise NotImplementedError(f"gradient: no derivative rule for {u.op.name}")
         for s, g in zip(u.src, src_grads, strict=True):
             if g is None or s not in on_path or not (s.dtype.is_float): continue
-            grads[s] = grads[s] + g if s in grads else g
+            grads[s] = accumulate(grads[s], g) if s in grads else g
     return {t: grads[t] for t in targets if t in grads}
