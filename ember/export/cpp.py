@@ -25,9 +25,21 @@ from ember.device import Buffer
 from ember.dtype import DType, dtypes
 from ember.export.cpp_names import check_cpp_name, cpp_arg_names
 from ember.export.function import NumericalFunction
-from ember.renderer.cstyle import _LIBM, FLOATS, CRenderer, _libm, _src, c_type, pm_render_c, tangent_product_functions
+from ember.export.optimistic import reached_outputs
+from ember.renderer import cvector
+from ember.renderer.cstyle import (
+    _LIBM,
+    FLOATS,
+    CRenderer,
+    _libm,
+    _src,
+    c_type,
+    pm_render_c,
+    render_tangent_product,
+    tangent_product_functions,
+)
 from ember.schedule.kernelize import LoopItem
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import TANGENT, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
 # The helpers kernels may call, each with the helpers it calls; a module holds only those its kernels use (an
@@ -53,7 +65,14 @@ inline To bit_cast(From from) {
   return to;
 }""", ()),
     **{name: (code, ()) for name, code in tangent_product_functions("inline").items()},
+    "any_nan": ("""template <typename T>
+bool any_nan(const T* x, long n) {
+  bool nan = false;
+  for (long i = 0; i < n; i++) nan |= x[i] != x[i];
+  return nan;
+}""", ()),
 }
+CHECKED = "checked_products"  # the template parameter of a kernel with tangent products (see optimistic.py)
 
 
 def prelude_for(kernels: str) -> str:
@@ -82,13 +101,30 @@ pm_libm_global = PatternMatcher([
 ])
 
 
+def render_optimistic_product(ctx: dict[UOp, str], x: UOp) -> str:
+    """A tangent product tested for its NaN only in the kernel's checked instance (export/optimistic.py)."""
+    a, b = _src(ctx, x)
+    plain, tested = f"({a}*{b})", render_tangent_product(x, a, b)
+    return plain if tested == plain else f"({CHECKED}?{tested}:{plain})"
+
+
+def render_optimistic_vector_product(ctx: dict[UOp, str], x: UOp) -> str | None:
+    if (tested := cvector.render_tangent_product(ctx, x)) is None: return None
+    return f"({CHECKED}?{tested}:({ctx[x.src[0]]}*{ctx[x.src[1]]}))"
+
+
 class CppRenderer(CRenderer):
-    """ember's C kernels as C++17: the same code, with memcpy bit casts, libm calls qualified, no prelude."""
+    """ember's C kernels as C++17: the same code, with memcpy bit casts, libm calls qualified, no prelude, and
+    tangent products tested only where the kernel's template parameter CHECKED says so."""
 
     prelude = ""
     restrict = "__restrict"
     kernel_attribute = "EMBER_KERNEL "  # defined in module.cpp.j2
-    matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp)]) + pm_libm_global + pm_render_c
+    matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp),
+                              (UPat(Ops.MUL, arg=TANGENT, dtype=FLOATS, name="x"), render_optimistic_product)]) + \
+        pm_libm_global + pm_render_c
+    vector_matcher = PatternMatcher([(UPat(Ops.MUL, arg=TANGENT, name="x"), render_optimistic_vector_product)]) + \
+        CRenderer.vector_matcher
 
     def render_task(self, name: str, uops: list[UOp]) -> str:
         return ""  # a threaded kernel's slices are called by ember_parallel (module.cpp.j2), not by a pool's entry
@@ -151,42 +187,55 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
         ref[id(b)] = f"reinterpret_cast<{c_type(b.dtype)}*>(ws + {offset})"
         offset += -(-max(b.nbytes, 1) // 16) * 16
     kernels: list[dict[str, str]] = []
-    by_ast: dict[UOp, tuple[str, int]] = {}
+    by_ast: dict[UOp, tuple[str, int, bool]] = {}
 
-    def emit(items: list[Any], depth: int) -> list[str]:
-        """The statements running `items`; a loop's body indented in its `for`, x read in place from xs."""
+    def emit(items: list[Any], depth: int, checked: bool) -> list[str]:
+        """The statements running `items`; a loop's body indented in its `for`, x read in place from xs. A kernel
+        with tangent products is a template: its `checked` instance tests them (see optimistic.py)."""
         lines: list[str] = []
         for item in items:
             if isinstance(item, LoopItem):
-                lines += _loop_lines(item, depth, ref, emit)
+                lines += _loop_lines(item, depth, ref, lambda body, d: emit(body, d, checked))
                 continue
             if item.ast not in by_ast:
                 kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
                 spec = get_program(item.ast, renderer, kname)
-                by_ast[item.ast] = (kname, spec.threads)
-                kernels.append({"name": kname, "source": spec.src.rstrip()})
-            kname, threads = by_ast[item.ast]
+                source = spec.src.rstrip()
+                by_ast[item.ast] = (kname, spec.threads, templated := CHECKED in source)
+                # a kernel with tangent products is a template; its checked instance is built apart (module.cpp.j2)
+                params = source[source.index(f" {kname}(") + len(kname) + 2:source.index(") {")] if templated else ""
+                kernels.append({"name": kname, "source": f"template <bool {CHECKED}>\n{source}" if templated else
+                                source, "checked": params})
+            kname, threads, templated = by_ast[item.ast]
+            call = f"{kname}<{str(checked).lower()}>" if templated else kname
             args = ", ".join(ref[id(b)] for b in item.bufs)
             # a kernel the heuristic split across cores (renderer.cores > 1): its slices on threads of their own; the
             # slice is EMBER_KERNEL too, or g++ contracts the kernel inlined into it into FMAs (other last bits)
-            lines.append(f"{kname}({args});" if threads == 1 else
-                         f"ember_parallel({threads}, [&](int32_t core) EMBER_KERNEL {{ {kname}({args}, core); }});")
+            lines.append(f"{call}({args});" if threads == 1 else
+                         f"ember_parallel({threads}, [&](int32_t core) EMBER_KERNEL {{ {call}({args}, core); }});")
         return lines
 
-    body = emit(plan.items, 0)
+    tested = reached_outputs(plan)
+    body = emit(plan.items, 0, checked=not tested)
+    rerun = emit(plan.items, 0, checked=True) if tested else []
+    if tested:  # the plain products left a NaN where the checked ones may not: run those (a cold function)
+        nan = " || ".join(f"any_nan({ref[id(b)]}, {b.size})" for b in tested)
+        body.append(f"if ({nan}) call_checked({', '.join(m.name for m in inputs + outputs)}, ws);")
     # Two outputs that are one value (`lambda x: (x, x)`) are one buffer of the plan, which the kernels write through
     # the first output's pointer: every later one gets a copy, or the caller would read whatever its memory held.
     for b, m in zip(plan.outputs, outputs, strict=True):
         if (first := ref[id(b)]) != m.name:
             body.append(f"std::memcpy({m.name}, {first}, sizeof({m.ctype}) * {math.prod(m.dims)});")
     used = {id(b) for item in plan.items for b in item.bufs}
-    body = [f"(void){m.name};" for b, m in zip(plan.inputs, inputs, strict=True) if id(b) not in used] + body
-    if not (plan.constants or plan.intermediates): body.append("(void)ws;")
+    unused = [f"(void){m.name};" for b, m in zip(plan.inputs, inputs, strict=True) if id(b) not in used]
+    body, rerun = unused + body, unused + rerun
+    if not (plan.constants or plan.intermediates): body, rerun = [*body, "(void)ws;"], [*rerun, "(void)ws;"]
     sizes = [{"name": f"{m.name}_size", "value": math.prod(m.dims)} for m in inputs + outputs]
     sig = ", ".join(f"{a.dtype.name}{list(a.shape)} {n.name}" for a, n in zip(f.args, inputs, strict=True))
     return {"name": f.name, "signature": f"{f.name}({sig}) -> " + ", ".join(
         f"{b.ctype}{list(b.dims)}" for b in outputs), "inputs": inputs, "outputs": outputs, "sizes": sizes,
-        "constants": constants, "kernels": kernels, "body": body, "workspace_bytes": offset,
+        "constants": constants, "kernels": kernels, "body": body, "rerun": rerun if tested else [],
+        "workspace_bytes": offset,
         "sparse": _sparsity_model(f)}
 
 
@@ -244,7 +293,8 @@ def module_context(name: str, functions: list[NumericalFunction], make_ws: bool 
                          f"rename them")
     return {"module": name, "functions": models, "make_ws": make_ws,
             "threaded": any("ember_parallel(" in line for m in models for line in m["body"]),
-            "prelude": prelude_for("\n".join(k["source"] for m in models for k in m["kernels"]))}
+            "prelude": prelude_for("\n".join([*(k["source"] for m in models for k in m["kernels"]),
+                                               *(line for m in models for line in m["body"] + m["rerun"])]))}
 
 
 def render_module(name: str, functions: list[NumericalFunction], threads: int = 1) -> tuple[str, str]:

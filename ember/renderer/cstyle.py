@@ -245,6 +245,7 @@ class CRenderer(Renderer):
     linkage = ""  # "static " for kernels private to one translation unit
     kernel_attribute = ""  # what each kernel is declared with, before its `void`
     matcher = pm_render_c
+    vector_matcher = pm_render_vector
 
     vector_bytes = 0  # set by the CPU device from the CPU it runs on
 
@@ -323,7 +324,7 @@ class CRenderer(Renderer):
                 continue
             else:
                 vector = (u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)) or u.op is Ops.GEP
-                code = (pm_render_vector if vector else self.matcher).rewrite(u, ctx=names)
+                code = (self.vector_matcher if vector else self.matcher).rewrite(u, ctx=names)
                 if code is None: raise NotImplementedError(f"C renderer: cannot render {u.op.name} ({u.dtype})")
                 if u.op in _INLINE:
                     names[u] = code

@@ -1,0 +1,111 @@
+"""The exported C++ runs tangent products unchecked first, and the checked ones only when an output they reach holds a
+NaN (export/optimistic.py): the values are the checked products' in every case.
+
+Oracle: the jacobian written out by hand (tests/ad/test_forward.py's grid), ember's numpy interpreter, which
+evaluates every tangent product checked, and the same C++ with the rerun taken out, which must show the NaNs that
+the rerun removes."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from ember import ad
+from ember.export import Arg, NumericalFunction, generate_module, render_module
+from ember.export.native import find_cxx
+from ember.export.optimistic import reached_outputs
+from tests.ad.test_forward import grid_jacobian, grid_residual
+
+CXX = find_cxx()
+
+
+def grid_inputs() -> list[np.ndarray]:
+    finite = np.linspace(-0.5, 0.5, 25).reshape(5, 5)
+    infinite = finite.copy()
+    infinite[1, 1] = np.inf
+    both = infinite.copy()
+    both[2, 3] = np.nan
+    return [finite, infinite, both]
+
+
+def test_a_jacobian_runs_plain_products_and_reruns_the_checked_ones_when_its_output_holds_a_nan():
+    """The dense jacobian of the 5 x 5 grid residual loops over its 25 directions, so its products meet zero seeds
+    at run time: with u = inf somewhere, the plain products make NaNs of the structural zeros beside it, and the
+    checked rerun gives the oracle's entries bit for bit, as it does for finite inputs and for a NaN input."""
+    f = ad.jacobian(NumericalFunction("grid", grid_residual, [Arg((5, 5))]))
+    assert reached_outputs(f.plan) == f.plan.outputs
+    source = render_module("grid", [f])[1]
+    checked, call = source.split("void call_checked(")[1].split("void call_raw(")
+    assert "<true>(" in checked and "<false>(" not in checked
+    assert "<false>(" in call and "if (any_nan(out0, 625)) call_checked(" in call and "<true>(" not in call
+    f.compile()
+    for u in grid_inputs():
+        want = grid_jacobian(u)
+        np.testing.assert_array_equal(f(u).reshape(25, 25), want)
+        np.testing.assert_array_equal(f.interpret(u).reshape(25, 25), want)
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler")
+def test_without_the_rerun_the_plain_products_leave_nans_where_the_checked_ones_give_zero(tmp_path):
+    """The same module with its rerun taken out: an infinite u gives NaN entries where the oracle has finite ones,
+    so the rerun is what makes them right; finite inputs need no rerun."""
+    f = ad.jacobian(NumericalFunction("grid", grid_residual, [Arg((5, 5))]))
+    hpp, cpp = generate_module("grid", [f], str(tmp_path))
+    with open(cpp) as fh: source = fh.read()
+    assert source.count("if (any_nan(out0, 625))") == 1
+    with open(cpp, "w") as fh: fh.write(source.replace("if (any_nan(out0, 625))", "if (false)"))
+    main = tmp_path / "main.cpp"
+    main.write_text('#include <cstdio>\n#include "grid.hpp"\nint main() {\n  double u[25], out[625];\n'
+                    '  for (double& v : u) if (std::scanf("%lf", &v) != 1) return 1;\n'
+                    '  auto ws = grid::grid_jac::make_ws();\n  grid::grid_jac::call_raw(u, out, ws->bytes);\n'
+                    '  for (double v : out) std::printf("%.17g\\n", v);\n}\n')
+    exe = str(tmp_path / "main")
+    subprocess.run([CXX, "-std=c++17", "-O2", "-o", exe, str(main), cpp, f"-I{tmp_path}"], check=True)
+    def run(u: np.ndarray) -> np.ndarray:
+        text = "\n".join(repr(float(v)) for v in u.ravel())
+        out = subprocess.run([exe], input=text, capture_output=True, text=True, check=True).stdout
+        return np.array([float(v) for v in out.split()]).reshape(25, 25)
+    finite, infinite, _ = grid_inputs()
+    np.testing.assert_array_equal(run(finite), grid_jacobian(finite))
+    plain, want = run(infinite), grid_jacobian(infinite)
+    assert np.isnan(plain).sum() > 1 and np.isfinite(want[np.isnan(plain)]).sum() > 0
+
+
+def test_only_the_outputs_a_product_reaches_are_tested():
+    """A function of its value and its jacobian: the value has no tangent product on its way, so only the jacobian
+    is tested for a NaN; a NaN in the value (x[0] < 0 in sqrt) reruns nothing and changes no entry."""
+    f = NumericalFunction("f", lambda x: x[0].sqrt().stack(x[1] * 2.0) + x[1] * x.exp(), [Arg(2)])
+    jac = ad.jacobian(f)
+    both = NumericalFunction("both", lambda x: (f(x), jac(x)), [Arg(2)])
+    assert reached_outputs(both.plan) == both.plan.outputs[1:]
+    call = render_module("both", [both])[1].split("void call_raw(")[1]
+    assert "any_nan(out1, 4)" in call and "any_nan(out0" not in call
+    both.compile()
+    for x in (np.array([0.25, 3.0]), np.array([-1.0, 3.0]), np.array([0.0, np.inf])):
+        got, want = both(x), both.interpret(x)
+        for g, w in zip(got, want, strict=True): np.testing.assert_array_equal(g, w)
+
+
+def test_a_jacobian_compared_or_maxed_keeps_its_products_checked():
+    """A comparison or a max of a jacobian's entries can turn a NaN into a number: the plain products' NaN would
+    then not show in the output, so such a function runs the checked products only."""
+    f = NumericalFunction("f", lambda x: x[0].sqrt().stack(x[1] * 2.0) + x[1] * x.exp(), [Arg(2)])
+    jac = ad.jacobian(f)
+    compared = NumericalFunction("compared", lambda x: (jac(x) > 1.0).where(1.0, -1.0).sum(), [Arg(2)])
+    maxed = NumericalFunction("maxed", lambda x: jac(x).max(), [Arg(2)])
+    for g in (compared, maxed):
+        assert reached_outputs(g.plan) is None
+        call = render_module(g.name, [g])[1].split("void call_raw(")[1]
+        assert "<false>" not in call and "any_nan" not in call and "call_checked" not in call
+        g.compile()
+        for x in (np.array([0.25, 3.0]), np.array([0.0, np.inf])):
+            np.testing.assert_array_equal(g(x), g.interpret(x))
+
+
+def test_a_function_without_tangent_products_is_rendered_as_before():
+    f = NumericalFunction("plain", lambda x: (x * x).sin().sum(), [Arg(4)])
+    assert reached_outputs(f.plan) == []
+    source = render_module("plain", [f])[1]
+    assert "template <bool" not in source and "any_nan" not in source
