@@ -66,10 +66,10 @@ inline To bit_cast(From from) {
 }""", ()),
     **{name: (code, ()) for name, code in tangent_product_functions("inline").items()},
     "any_nan": ("""template <typename T>
-bool any_nan(const T* x, long n) {
-  bool nan = false;
+EMBER_KERNEL bool any_nan(const T* x, long n) {  // (an int accumulator: the loop vectorizes)
+  int nan = 0;
   for (long i = 0; i < n; i++) nan |= x[i] != x[i];
-  return nan;
+  return nan != 0;
 }""", ()),
 }
 CHECKED = "checked_products"  # the template parameter of a kernel with tangent products (see optimistic.py)
@@ -215,9 +215,10 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
                          f"ember_parallel({threads}, [&](int32_t core) EMBER_KERNEL {{ {call}({args}, core); }});")
         return lines
 
-    tested = reached_outputs(plan)
+    rerun = emit(plan.items, 0, checked=True)  # (renders every kernel: which test products is known after)
+    checked = {ast for ast, (_, _, templated) in by_ast.items() if templated}
+    tested = reached_outputs(plan, checked) if checked else []
     body = emit(plan.items, 0, checked=not tested)
-    rerun = emit(plan.items, 0, checked=True) if tested else []
     if tested:  # the plain products left a NaN where the checked ones may not: run those (a cold function)
         nan = " || ".join(f"any_nan({ref[id(b)]}, {b.size})" for b in tested)
         body.append(f"if ({nan}) call_checked({', '.join(m.name for m in inputs + outputs)}, ws);")

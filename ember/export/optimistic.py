@@ -43,9 +43,10 @@ def store_target(store: UOp) -> tuple[UOp, list[UOp]]:
     return u, views
 
 
-def kernel_reaches(item: ExecItem, tainted: set[int]) -> set[int] | None:
-    """The buffers (by id) `item` stores a tangent product's value into, given the `tainted` buffers it may read;
-    None when such a value meets a consumer that may not pass its NaN on."""
+def kernel_reaches(item: ExecItem, tainted: set[int], checked: set[UOp]) -> set[int] | None:
+    """The buffers (by id) `item` stores a tangent product's value into, given the `tainted` buffers it may read
+    (its own products count if its AST is among the `checked` ones); None when such a value meets a consumer that
+    may not pass its NaN on."""
     order = list(item.ast.toposort())
     users: dict[UOp, list[tuple[UOp, int]]] = {}
     for u in order:
@@ -57,7 +58,8 @@ def kernel_reaches(item: ExecItem, tainted: set[int]) -> set[int] | None:
                                                    for v in writing for user, _ in users.get(v, []))
            for g in stored):
         return None  # a tainted buffer read and written by one kernel: not followed
-    reached: set[UOp] = {u for u in order if (u.op is Ops.MUL and u.arg == TANGENT and u.dtype.is_float) or
+    products = item.ast in checked
+    reached: set[UOp] = {u for u in order if (products and u.op is Ops.MUL and u.arg == TANGENT and u.dtype.is_float) or
                          (u.op is Ops.DEFINE_GLOBAL and u not in stored and id(item.bufs[u.arg]) in tainted)}
     written: set[int] = set()
     for u in order:  # sources before their users: `reached` is complete when u is looked at
@@ -69,28 +71,29 @@ def kernel_reaches(item: ExecItem, tainted: set[int]) -> set[int] | None:
     return written
 
 
-def items_reach(items: list[ExecItem | LoopItem], tainted: set[int]) -> bool:
+def items_reach(items: list[ExecItem | LoopItem], tainted: set[int], checked: set[UOp]) -> bool:
     """Add to `tainted` the buffers the items write a tangent product's value into; False if one meets a consumer
     that may not pass its NaN on. A loop's carries and rows are followed to a fixed point."""
     for item in items:
         if isinstance(item, ExecItem):
-            if (written := kernel_reaches(item, tainted)) is None: return False
+            if (written := kernel_reaches(item, tainted, checked)) is None: return False
             tainted |= written
             continue
         while True:
             before = len(tainted)
             tainted |= {id(x) for x, xs in zip(item.x, item.xs, strict=True) if id(xs) in tainted}
             tainted |= {id(c) for c, c0 in zip(item.carry, item.carry0, strict=True) if id(c0) in tainted}
-            if not items_reach(item.body, tainted): return False
+            if not items_reach(item.body, tainted, checked): return False
             tainted |= {id(c) for c, nxt in zip(item.carry, item.out, strict=False) if id(nxt) in tainted}
             if any(id(b) in tainted for b in [*item.carry, item.out[-1]]): tainted.add(id(item.result))
             if len(tainted) == before: break
     return True
 
 
-def reached_outputs(plan: Plan) -> list[Buffer] | None:
-    """The outputs a tangent product's value reaches (empty: no product), or None where one meets a consumer that
-    may not pass its NaN on (see the module's docstring)."""
+def reached_outputs(plan: Plan, checked: set[UOp]) -> list[Buffer] | None:
+    """The outputs that the products of the `checked` kernels (those whose C tests them: codegen folds or leaves
+    untested the others) reach; empty if none. None where one meets a consumer that may not pass its NaN on (see
+    the module's docstring)."""
     tainted: set[int] = set()
-    if not items_reach(plan.items, tainted): return None
+    if not items_reach(plan.items, tainted, checked): return None
     return [b for b in plan.outputs if id(b) in tainted]
