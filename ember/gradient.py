@@ -227,10 +227,12 @@ pm_gradient = PatternMatcher([
 ])
 
 
-def accumulate(a: Tensor, b: Tensor) -> Tensor:
-    """a + b as a sum of adjoints (arg TANGENT): a zero term is structural, absent, and folds away."""
-    x, y = a._operands("add", b)
-    return x._wrap(UOp(Ops.ADD, x.dtype, (x.uop, y.uop), TANGENT))
+def tangent_op(op: Ops, a: Tensor, b: Tensor) -> Tensor:
+    """a op b (broadcast as Tensor arithmetic) marked as derivative arithmetic (arg TANGENT): a zero there is
+    structural, absent, and folds away (uop/symbolic.py, pm_structural_zeros). Forward mode's tangent arithmetic
+    and the sum of a gradient's terms."""
+    x, y = a._operands(op.name.lower(), b)
+    return x._wrap(UOp(op, x.dtype, (x.uop, y.uop), TANGENT))
 
 
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
@@ -247,5 +249,5 @@ def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UO
         if src_grads is None: raise NotImplementedError(f"gradient: no derivative rule for {u.op.name}")
         for s, g in zip(u.src, src_grads, strict=True):
             if g is None or s not in on_path or not (s.dtype.is_float): continue
-            grads[s] = accumulate(grads[s], g) if s in grads else g
+            grads[s] = tangent_op(Ops.ADD, grads[s], g) if s in grads else g
     return {t: grads[t] for t in targets if t in grads}

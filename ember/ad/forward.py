@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from ember.ad.batching import lift_node
 from ember.device import Device
 from ember.dtype import dtypes
-from ember.gradient import pm_gradient
+from ember.gradient import pm_gradient, tangent_op
 from ember.scan import body_with, fold_parts, join, make_fold, split
 from ember.tensor import Tensor
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
@@ -41,7 +41,7 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
     """u's tangent from its sources' tangents (None: u does not move along any seed direction)."""
     have = [s in tans for s in u.src]
     if u.op is Ops.DETACH or not any(have): return None
-    if u.op is Ops.FOLD: return fold_tangent(u, tans, size)
+    if u.op is Ops.FOLD: return foldtangent_op(u, tans, size)
     if u.op in LINEAR or (u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD):
         if not have[0]: return None  # a GATHER's (a SCATTER_ADD's) indices have no derivative
         return lift_node(u, [(tans[u.src[0]], True), *((s, False) for s in u.src[1:])], size)
@@ -55,14 +55,14 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
     partials = pm_gradient.rewrite(u, ctx=Tensor.ones(*u.shape, dtype=u.dtype))
     if partials is None: raise NotImplementedError(f"forward mode: no derivative rule for {u.op.name}")
     if u.op is Ops.REDUCE_AXIS:  # max or prod: a sum of the tangents weighted by d out / d x
-        weighted = _tangent(Ops.MUL, t[u.src[0]], partials[0]).uop
+        weighted = tangent_op(Ops.MUL, t[u.src[0]], partials[0]).uop
         return lift_node(u.replace(src=(u.src[0],), arg=(Ops.ADD, u.arg[1])), [(weighted, True)], size)
-    terms = [_tangent(Ops.MUL, t[s], p).cast(u.dtype) for s, p in zip(u.src, partials, strict=True)
+    terms = [tangent_op(Ops.MUL, t[s], p).cast(u.dtype) for s, p in zip(u.src, partials, strict=True)
              if s in t and p is not None]
     return _sum(terms)
 
 
-def fold_tangent(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp:
+def foldtangent_op(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp:
     """A FOLD's tangent is a FOLD carrying the tangents beside the values: one more carry per carry (its `size`
     tangents, flat) and one more xs per xs that has tangents; each step's y is followed by its tangents. Params'
     tangents are read as params. The value is split back into (size, C + length*Y)."""
@@ -92,13 +92,6 @@ def fold_tangent(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp:
     return join([*carried, ys], axis=1).uop
 
 
-def _tangent(op: Ops, a: Tensor, b: Tensor) -> Tensor:
-    """a op b (broadcast as Tensor arithmetic) marked as tangent arithmetic: its zeros are structural (see
-    uop/symbolic.py, pm_structural_zeros)."""
-    x, y = a._operands(op.name.lower(), b)
-    return x._wrap(UOp(op, x.dtype, (x.uop, y.uop), TANGENT))
-
-
 def _neg(t: Tensor) -> Tensor: return t._wrap(UOp(Ops.NEG, t.dtype, (t.uop,), TANGENT))
 
 
@@ -106,7 +99,7 @@ def _sum(terms: Sequence[Tensor | None]) -> UOp | None:
     present = [x for x in terms if x is not None]
     if not present: return None
     out = present[0]
-    for x in present[1:]: out = _tangent(Ops.ADD, out, x)
+    for x in present[1:]: out = tangent_op(Ops.ADD, out, x)
     return out.uop
 
 
