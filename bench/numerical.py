@@ -2,7 +2,7 @@
 
 Run: python bench/numerical.py            (about 10 minutes; peers: pip install casadi jax jaxlib)
      python bench/numerical.py --only a   (one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, m-jac,
-                                          m-hess, p, v or h)
+                                          m-hess, p, q, v or h)
 
 Cases, all float64:
   a      energy sum(0.5 x^2), x in R^3: the cost of a call itself
@@ -28,6 +28,8 @@ Cases, all float64:
   p      a planar chain of 7 point-mass links: accelerations from the (symmetric positive-definite) mass matrix by
          cholesky_solve(cholesky) (CasADi: its SX solve), and their jacobians by the angles and by the rates (7 x 7
          each), one function with three outputs (ember's linalg.solve, LU with pivoting, measured 3.3x CasADi)
+  q      the 12 x 16 jacobian of one quadrotor RK4 step by its state and thrusts, ember.ad.vmap over 1000 points
+         on one thread against CasADi's map(N, 'serial') (issue 27: at most 1.0x)
   v      the 4 x 4 jacobian of one cart-pole RK4 step by its state, ember.ad.vmap over 100,000 points: ember's C++
          on 2 threads (generate_module threads=2) against CasADi's map(N, 'serial') (issue 27: at most 0.6x)
   h      O(n) check of ember.ad.gradient: sum(sin(x[:n] * x[n])) for n = 100 to 1600, per-call time from Python
@@ -83,6 +85,7 @@ from numerical_models import (  # this script's folder is first on sys.path
     MPC_INTERVALS,
     QUADROTOR_STEPS,
     ROSENBROCK_SIZE,
+    STEP_POINTS,
     STEPS,
     SWINGUP_INTERVALS,
     VMAP_POINTS,
@@ -96,6 +99,7 @@ from numerical_models import (  # this script's folder is first on sys.path
     casadi_mpc,
     casadi_quadrotor,
     casadi_rosenbrock,
+    casadi_step_jacobian,
     casadi_swingup,
     casadi_vmap,
     chain_inputs,
@@ -108,6 +112,7 @@ from numerical_models import (  # this script's folder is first on sys.path
     ember_mpc,
     ember_quadrotor,
     ember_rosenbrock,
+    ember_step_jacobian,
     ember_swingup,
     ember_vmap,
     jax_bratu,
@@ -118,10 +123,12 @@ from numerical_models import (  # this script's folder is first on sys.path
     jax_mpc,
     jax_quadrotor,
     jax_rosenbrock,
+    jax_step_jacobian,
     jax_swingup,
     jax_vmap,
     mpc_inputs,
     quadrotor_inputs,
+    step_inputs,
     swingup_inputs,
     vmap_inputs,
 )
@@ -228,6 +235,9 @@ def cases() -> list[Case]:
              lambda ca: casadi_mpc(ca, False), lambda jax, jnp: jax_mpc(jax, jnp, False)),
         Case("m-hess", f"MPC Lagrangian hessian, N={MPC_INTERVALS}", mpc_inputs(True), lambda: ember_mpc(True),
              lambda ca: casadi_mpc(ca, True), lambda jax, jnp: jax_mpc(jax, jnp, True)),
+        Case("q", f"vmap quadrotor step jacobian, {STEP_POINTS} pts", step_inputs(), ember_step_jacobian,
+             casadi_step_jacobian, jax_step_jacobian, to_casadi=lambda xs: [xs[0].T],
+             from_casadi=lambda outs: [o.T.reshape(-1, 12, 16) for o in outs]),
         Case("v", f"vmap cart-pole jacobian, {VMAP_POINTS} pts", vmap_inputs(), ember_vmap, casadi_vmap, jax_vmap,
              threads=VMAP_THREADS, to_casadi=lambda xs: [xs[0].T, xs[1][None, :]],
              from_casadi=lambda outs: [o.T for o in outs]),
@@ -527,7 +537,7 @@ def agreement(got: dict[str, dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help="run one case: a, b-eval, b-jac, c, d, e, e3, f-eval, f-jac, g, m-jac, "
-                        "m-hess, p, v or h")
+                        "m-hess, p, q, v or h")
     parser.add_argument("--dense-limit", type=float, default=30.0,
                         help="seconds for ember's process where it falls back to a dense derivative (default 30)")
     parser.add_argument("--ember-case", help=argparse.SUPPRESS)  # internal: measure one case's ember functions

@@ -23,6 +23,7 @@ SWINGUP_INTERVALS, SWINGUP_TIME = 50, 2.5  # s
 PENDULUM_GRAVITY, PENDULUM_DAMPING = 9.81, 0.1  # g / l in 1/s^2, damping in 1/s
 MPC_INTERVALS = 50  # cases m-jac and m-hess: RK4 intervals of the quadrotor's multiple shooting
 VMAP_POINTS, VMAP_THREADS = 100_000, 2  # case v: points, and the threads of ember's C++ (CasADi's map is serial)
+STEP_POINTS = 1000  # case q: quadrotor states at which one RK4 step's jacobian is taken
 
 
 def cartpole_inputs() -> list[np.ndarray]:
@@ -66,6 +67,50 @@ def jax_vmap(jax: Any, jnp: Any) -> Callable[..., Any]:
     def stage(state: Any, force: Any) -> Any:
         return jnp.stack(cartpole.rk4_step(tuple(state[i] for i in range(4)), force, jnp.sin, jnp.cos))
     return jax.vmap(jax.jacfwd(stage))
+
+
+def step_inputs() -> list[np.ndarray]:
+    """STEP_POINTS quadrotor states and thrusts near hover, one row of 16 (12 states, 4 thrusts) per point."""
+    import quadrotor
+    k = np.arange(STEP_POINTS)[:, None]
+    states = 0.2 * np.sin(0.37 * k + np.arange(quadrotor.STATE_SIZE))
+    return [np.concatenate([states, 1.2 + 0.1 * np.cos(0.11 * k + np.arange(quadrotor.CONTROL_SIZE))], axis=1)]
+
+
+def quadrotor_step(point: Any, sin: Callable[[Any], Any], cos: Callable[[Any], Any]) -> list[Any]:
+    """The 12 states after one RK4 step of the quadrotor from point = (state, thrusts)."""
+    import quadrotor
+    n = quadrotor.STATE_SIZE
+    return list(quadrotor.rk4_step(tuple(point[i] for i in range(n)),
+                                   tuple(point[n + j] for j in range(quadrotor.CONTROL_SIZE)), sin, cos))
+
+
+def ember_step_jacobian() -> tuple[list[Any], str]:
+    """The 12 x 16 jacobian of one quadrotor RK4 step by (state, thrusts), ember.ad.vmap over the points."""
+    import quadrotor
+
+    import ember.ad
+    from ember import Tensor
+    from ember.export import Arg, NumericalFunction
+    size = quadrotor.STATE_SIZE + quadrotor.CONTROL_SIZE
+    step = NumericalFunction("step", lambda z: Tensor.stack(*quadrotor_step(z, Tensor.sin, Tensor.cos)), [Arg(size)])
+    return [ember.ad.vmap(ember.ad.jacobian(step), axis_size=STEP_POINTS)], \
+        f"vmap(jacobian) over {STEP_POINTS} points, one thread"
+
+
+def casadi_step_jacobian(ca: Any) -> Any:
+    """The same jacobian as an SX function mapped serially: 16 x N points in, each point's jacobian as 192 entries
+    (row by row) of a 192 x N result."""
+    import quadrotor
+    size = quadrotor.STATE_SIZE + quadrotor.CONTROL_SIZE
+    z = ca.SX.sym("z", size)
+    out = ca.vertcat(*quadrotor_step(z, ca.sin, ca.cos))
+    point = ca.Function("point", [z], [ca.reshape(ca.jacobian(out, z).T, quadrotor.STATE_SIZE * size, 1)])
+    return point.map(STEP_POINTS, "serial")
+
+
+def jax_step_jacobian(jax: Any, jnp: Any) -> Callable[..., Any]:
+    return jax.vmap(jax.jacfwd(lambda z: jnp.stack(quadrotor_step(z, jnp.sin, jnp.cos))))
 
 
 def ember_cartpole(with_jacobians: bool) -> tuple[list[Any], str]:

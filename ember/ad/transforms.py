@@ -15,11 +15,15 @@ from collections.abc import Sequence
 
 from ember.ad.batching import broadcast_front, lift
 from ember.ad.forward import as_tensor, tangents
+from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
 from ember.helpers import prod
 from ember.scan import offsets
 from ember.tensor import Tensor
+from ember.uop.ops import TANGENT, Ops, UOp
+
+CARRIES = {Ops.MUL, Ops.ADD, Ops.SUB, Ops.NEG}  # the vjp's arithmetic on cotangents (see cotangent_arithmetic)
 
 
 def _argnum(f: NumericalFunction, argnum: int, op: str) -> int:
@@ -119,11 +123,28 @@ def reverse_directions(out: Tensor, x: Tensor, seeds: Tensor) -> Tensor:
 
 
 def _reverse(out: Tensor, xs: Sequence[Tensor], seeds: Tensor) -> list[Tensor]:
-    """reverse_directions for each of xs, from one vjp lifted once."""
+    """reverse_directions for each of xs, from one vjp lifted once. The vjp's arithmetic on the cotangent is marked
+    as forward mode's is (cotangent_arithmetic): a unit seed's zeros then drop the terms they start, and a jacobian
+    has the same entries whichever mode computed it."""
     (u,) = placeholders_for([Arg(out.shape, out.dtype)])  # stands for the cotangent; the vjp is linear in it
-    grads = out.gradient(*xs, gradient=u)
-    lifted = lift([g.uop for g in grads], {u.uop: (seeds.cast(out.dtype).uop, True)}, seeds.shape[0])
+    grads = cotangent_arithmetic([g.uop for g in out.gradient(*xs, gradient=u)], u.uop)
+    lifted = lift(grads, {u.uop: (seeds.cast(out.dtype).uop, True)}, seeds.shape[0])
     return [as_tensor(g if batched else broadcast_front(g, seeds.shape[0])) for g, batched in lifted]
+
+
+def cotangent_arithmetic(roots: Sequence[UOp], cotangent: UOp) -> list[UOp]:
+    """roots with every product, sum, difference and negation of floats that the cotangent reaches marked TANGENT
+    (ad/forward.py): in a vjp those are the cotangent times a partial derivative and the sums of such terms, so a
+    zero cotangent is structural there, as a zero tangent is in forward mode."""
+    done: dict[UOp, UOp] = {}
+    reached = {cotangent}
+    for u in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort():
+        if not any(s in reached for s in u.src): continue
+        reached.add(u)
+        srcs = tuple(done.get(s, s) for s in u.src)
+        if u.op in CARRIES and u.arg is None and u.dtype.is_float: done[u] = u.replace(src=srcs, arg=TANGENT)
+        elif srcs != u.src: done[u] = u.replace(src=srcs)
+    return [done.get(r, r) for r in roots]
 
 
 def _jacobians(out: Tensor, xs: Sequence[Tensor]) -> list[Tensor]:

@@ -14,13 +14,13 @@ An elementwise value read by two kernels is recomputed in each unless it costs m
 one of more than BROADCAST_RECOMPUTE_SIZE elements that costs a transcendental or more than RECOMPUTE_LIMIT ALU ops
 and is broadcast is stored once, unless its readers recompute it for less than a kernel costs (is_cheap_to_recompute:
 eval BatchNorm's scale in a convolution's epilogue, attention's softmax weights read by a few columns, a vmapped
-jacobian's primal values shared by the entries of their point within one loop iteration). Neither rule stores a
-value computed from positions alone (ARANGEs and constants, no transcendental, at most INDEX_ARITHMETIC_LIMIT ops):
-codegen folds it where loops are cut and unrolled. A padded
-value read through a window (a convolution's input) is read through gates when the window steps by one along a row
-its reader vectorizes (rangeify.stride_one_window: the gates then settle lane by lane), and is stored padded when it
-is large (PAD_GATE_SIZE), read by two kernels, or read through a strided window, whose gathered lanes would each
-need a gate.
+jacobian's primal values shared by the entries of their point within one loop iteration). A padded value read
+through a window (a convolution's input) is read through gates when the window steps by one along a row its reader
+vectorizes (rangeify.stride_one_window: the gates then settle lane by lane), and is stored padded when it is large
+(PAD_GATE_SIZE), read by two kernels, or read through a strided window, whose gathered lanes would each need a gate.
+None of these rules stores a value computed from positions alone (ARANGEs and constants, no transcendental, at most
+INDEX_ARITHMETIC_LIMIT ops): codegen folds it where loops are cut and unrolled (a vmapped jacobian's constant
+entries, a unit seed padded into place, are then constants in each point's code, not a table added to every entry).
 Everything else fuses into the kernel that reads it: movement ops become index arithmetic (see codegen/rangeify).
 A chain deeper than CUT_EVERY ALU ops is stored at each multiple of that depth (cut_deep_chains): C compilers take
 time quadratic in the length of a function.
@@ -384,7 +384,7 @@ def find_realized(outputs: list[UOp]) -> tuple[set[UOp], list[UOp]]:
             # (forward mode's partials, one per direction; rand(m, k) @ rand(k, n) regenerated per output element)
         if u.op in GroupOp.Elementwise and len(kernels) > 1 and cost[u] > RECOMPUTE_LIMIT and not positional[u]:
             realized.add(u)
-        if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and \
+        if u.op is Ops.PAD and expanded and max_count(u.shape) > BROADCAST_RECOMPUTE_SIZE and not positional[u] and \
                 (len(kernels) > 1 or max_count(u.shape) > PAD_GATE_SIZE or not stride_one_window(u, consumers)):
             realized.add(u)  # stored padded: once for several kernels (a convolution and its weight's gradient),
             # for a strided window (a gather of lanes then needs no gate per lane), or a large input
