@@ -45,7 +45,8 @@ Three measurements per case and framework:
           generate_module output, CasADi's C code generation (as C++), both compiled with the same compiler
           (ember's: $CXX, else g++, else clang++) and CXX_FLAGS below, and timed in turns by one loop; ember
           also as ember+FMA (EMBER_KERNEL defined to let g++ fuse a*b + c, as it does CasADi's code; ember's
-          kernels as exported forbid that to keep the Python call's bits). JAX has no C export.
+          kernels as exported forbid that to keep the Python call's bits); then ember and CasADi again, both
+          compiled at -O3, in a second loop. JAX has no C export.
   first   the first call's latency: ember in a fresh process with an empty EMBER_CACHE (trace, derivatives,
           schedule, call; imports excluded): the first call's result comes from ember's numpy interpreter while the
           native code builds in a thread (ember/export/interpreter.py), so a second time is given, ember-native:
@@ -276,15 +277,16 @@ class NativeCall:
     call: list[str]
 
 
-def time_native(folder: str, natives: Sequence[NativeCall]) -> list[float]:
-    """Seconds per call of each, timed in turns by one compiled C++ loop (TIMING_MAIN)."""
+def time_native(folder: str, natives: Sequence[NativeCall], flags: Sequence[str] = ()) -> list[float]:
+    """Seconds per call of each, timed in turns by one compiled C++ loop (TIMING_MAIN), compiled with CXX_FLAGS
+    and then `flags` (the last -O wins)."""
     main = os.path.join(folder, "timing_main.cpp")
     lambdas = ", ".join("[&] {\n" + "\n".join(f"    {c}" for c in n.call) + "\n  }" for n in natives)
     with open(main, "w") as fh:
         fh.write(TIMING_MAIN.format(includes="\n".join(n.include for n in natives),
                                     body="\n".join(line for n in natives for line in n.setup), calls=lambdas))
     exe = os.path.join(folder, "timing")
-    compile_cxx([main, *(src for n in natives for src in n.sources)], exe, ["-pthread"] + [
+    compile_cxx([main, *(src for n in natives for src in n.sources)], exe, [*flags, "-pthread"] + [
         f"-I{os.path.dirname(n.sources[0])}" for n in natives])  # -pthread: a module on threads (case v)
     out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
     return [float(line) for line in out.split()]
@@ -575,6 +577,9 @@ def measure_case(case: Case, ca: Any, jax: Any, jnp: Any, dense_limit: float) ->
                  if kind in got.get(fw, {})]
         seconds = time_native(folder, [got[fw][kind] for fw, kind in timed])
         for (fw, kind), s in zip(timed, seconds, strict=True): got[fw]["cpp" + kind.removeprefix("native")] = s
+        plain = [(fw, kind) for fw, kind in timed if kind == "native"]  # again at -O3, as issue 27 asks
+        for (fw, _), s in zip(plain, time_native(folder, [got[fw][kind] for fw, kind in plain], ["-O3"]),
+                              strict=True): got[fw]["cpp_o3"] = s
         for fw in ("ember", "casadi"):  # the generated source's bytes (ember's C++ as exported, CasADi's C)
             if "native" in got.get(fw, {}): got[fw]["code"] = float(os.path.getsize(got[fw]["native"].sources[0]))
     if jax is not None: got["jax"] = measure_jax(case, jax, jnp)
@@ -594,6 +599,9 @@ def report(selected: list[Case], results: dict[str, dict[str, dict[str, Any]]]) 
     print_table(f"Native code in a C++ loop, µs per call (median; {CXX} {' '.join(CXX_FLAGS)})",
                 [row(c, [("ember", "cpp"), ("ember", "cpp_fma"), ("casadi", "cpp")]) for c in selected], 1e6, 3,
                 ["ember", "ember+FMA", "CasADi"], [(0, 2), (1, 2)])
+    print_table(f"The same at -O3 (another binary: {CXX} {' '.join(CXX_FLAGS)} -O3)",
+                [row(c, [("ember", "cpp_o3"), ("casadi", "cpp_o3")]) for c in selected], 1e6, 3,
+                ["ember", "CasADi"], [(0, 1)])
     print_table("First call, s (ember: fresh process, empty cache; its result, and its native code loaded)",
                 [row(c, [("ember", "first"), ("ember", "native_ready"), ("casadi", "first"), ("jax", "first")])
                  for c in selected], 1, 2, ["ember", "ember-native", "CasADi", "JAX"], [(0, 2), (0, 3), (1, 2)])
