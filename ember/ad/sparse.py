@@ -40,6 +40,7 @@ from ember.errors import ShapeError
 from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
 from ember.helpers import prod
 from ember.tensor import Tensor
+from ember.uop.ops import TANGENT, Ops, UOp, constant_of
 
 
 class SparseFunction(NumericalFunction):
@@ -229,12 +230,40 @@ class Lattice:
         return pieces[0] if len(pieces) == 1 else pieces[0].cat(*pieces[1:], dim=-1)
 
 
-def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
-    """x... -> the nonzeros of d f / d x_argnum (f's output and x flattened), CSC order, one pass per color."""
+ARITHMETIC = {Ops.MUL, Ops.ADD, Ops.SUB, Ops.NEG}  # what structural_zeros marks TANGENT
+
+
+def structural(t: Tensor) -> Tensor:
+    """t with its float arithmetic marked TANGENT (ad/forward.py) and its constant zeros folded as structural: a
+    product with a zero is zero whatever the other factor (0 * inf too), a zero added is absent. CasADi's SX reads
+    0 * x so; IEEE does not (spjacobian's and sphessian's `structural_zeros`)."""
+    done: dict[UOp, UOp] = {}
+    zero = lambda u: constant_of(u) == 0  # noqa: E731
+    for u in t.uop.toposort():
+        src = tuple(done.get(s, s) for s in u.src)
+        if u.op not in ARITHMETIC or not u.dtype.is_float:
+            if src != u.src: done[u] = u.replace(src=src)
+            continue
+        if (u.op is Ops.MUL and any(map(zero, src))) or all(map(zero, src)):
+            done[u] = Tensor._from_uop(u, t.device).zeros_like().uop
+        elif u.op is Ops.ADD and zero(src[0]): done[u] = src[1]
+        elif u.op in (Ops.ADD, Ops.SUB) and zero(src[1]): done[u] = src[0]
+        elif u.op is Ops.SUB and zero(src[0]): done[u] = UOp(Ops.NEG, u.dtype, (src[1],), TANGENT)
+        else: done[u] = u.replace(src=src, arg=TANGENT)
+    return Tensor._from_uop(done.get(t.uop, t.uop), t.device)
+
+
+def spjacobian(f: NumericalFunction, argnum: int = 0, *, structural_zeros: bool = False) -> SparseFunction:
+    """x... -> the nonzeros of d f / d x_argnum (f's output and x flattened), CSC order, one pass per color.
+    `structural_zeros`: f's arithmetic as CasADi's SX reads it (see `structural`): an entry that is a product with
+    a constant zero is no entry (CasADi's pattern), and 0 * inf is 0 in the values, not NaN. Off by default:
+    IEEE's 0 * inf is NaN, so such an entry is not zero for every input."""
     a = _argnum(f, argnum, "spjacobian")
     if len(f.output_shapes) != 1: raise ShapeError(f"spjacobian: {f.name} must have one output")
     xs = placeholders_for(f.args)
-    with tracing(xs): out = _single(f, xs, "spjacobian")
+    single = (lambda ts: structural(_single(f, ts, "spjacobian"))) if structural_zeros else \
+        (lambda ts: _single(f, ts, "spjacobian"))
+    with tracing(xs): out = single(xs)
     pattern = dependencies(out.uop, xs[a].uop, {x.uop for x in xs})
     m, n = pattern.shape
     by_col, by_row = periodic(color_columns(pattern), pattern), periodic(color_rows(pattern), pattern.T)
@@ -248,7 +277,7 @@ def spjacobian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
     positions = _positions(where) is not None  # a banded pattern: recovered without a table
 
     def fn(*ts: Tensor) -> Tensor:
-        out = _single(f, ts, "spjacobian")
+        out = single(ts)
         if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
         if lattice is not None and not positions:
             return lattice.recover(forward_directions(out, ts[a], lattice.seeds()), pattern)
@@ -278,13 +307,18 @@ def _lattice(pattern: np.ndarray, shape: tuple[int, ...], limit: int) -> Lattice
     return Lattice(found[0], found[1], shape, offsets)
 
 
-def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
-    """x... -> the nonzeros of the hessian of a scalar f in x_argnum (flattened), CSC order, one pass per color."""
+def sphessian(f: NumericalFunction, argnum: int = 0, *, structural_zeros: bool = False) -> SparseFunction:
+    """x... -> the nonzeros of the hessian of a scalar f in x_argnum (flattened), CSC order, one pass per color.
+    `structural_zeros` as spjacobian's: f and its gradient read as CasADi's SX reads them."""
     a = _argnum(f, argnum, "sphessian")
     if len(f.output_shapes) != 1 or prod(f.output_shapes[0]) != 1:
         raise ShapeError(f"sphessian: {f.name} must return one scalar, not outputs of shapes {f.output_shapes}")
+
+    def gradient(ts: Sequence[Tensor]) -> Tensor:
+        out = _single(f, tuple(ts), "sphessian").sum()
+        return structural(_grad(structural(out), ts[a])) if structural_zeros else _grad(out, ts[a])
     xs = placeholders_for(f.args)
-    with tracing(xs): grad = _grad(_single(f, xs, "sphessian").sum(), xs[a])
+    with tracing(xs): grad = gradient(xs)
     pattern = dependencies(grad.uop, xs[a].uop, {x.uop for x in xs})
     pattern = pattern | pattern.T  # d2f/dxi dxj = d2f/dxj dxi
     colors = star_coloring(pattern)
@@ -293,9 +327,9 @@ def sphessian(f: NumericalFunction, argnum: int = 0) -> SparseFunction:
     x_shape = f.args[a].shape
 
     def fn(*ts: Tensor) -> Tensor:
-        out = _single(f, ts, "sphessian")
-        if len(where) == 0: return Tensor.zeros(0, dtype=out.dtype)
-        compressed = forward_directions(_grad(out.sum(), ts[a]), ts[a], _seeds(colors, count, x_shape))
+        grad = gradient(ts)
+        if len(where) == 0: return Tensor.zeros(0, dtype=grad.dtype)
+        compressed = forward_directions(grad, ts[a], _seeds(colors, count, x_shape))
         return _recover(compressed, where)
     return SparseFunction(f"{f.name}_sphess", fn, f.args, f.arg_names, pattern, count)
 
