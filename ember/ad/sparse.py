@@ -32,7 +32,7 @@ from ember.ad.sparsity import (
     stencil_offsets,
     translate_colorings,
 )
-from ember.ad.transforms import _argnum, _grad, _single, forward_directions, reverse_directions
+from ember.ad.transforms import CARRIES, _argnum, _grad, _single, forward_directions, reverse_directions
 from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
 from ember.codegen.stores import SPLIT_LIMIT
 from ember.dtype import dtypes
@@ -230,9 +230,6 @@ class Lattice:
         return pieces[0] if len(pieces) == 1 else pieces[0].cat(*pieces[1:], dim=-1)
 
 
-ARITHMETIC = {Ops.MUL, Ops.ADD, Ops.SUB, Ops.NEG}  # what structural_zeros marks TANGENT
-
-
 def structural(t: Tensor) -> Tensor:
     """t with its float arithmetic marked TANGENT (ad/forward.py) and its constant zeros folded as structural: a
     product with a zero is zero whatever the other factor (0 * inf too), a zero added is absent. CasADi's SX reads
@@ -241,7 +238,7 @@ def structural(t: Tensor) -> Tensor:
     zero = lambda u: constant_of(u) == 0  # noqa: E731
     for u in t.uop.toposort():
         src = tuple(done.get(s, s) for s in u.src)
-        if u.op not in ARITHMETIC or not u.dtype.is_float:
+        if u.op not in CARRIES or not u.dtype.is_float:
             if src != u.src: done[u] = u.replace(src=src)
             continue
         if (u.op is Ops.MUL and any(map(zero, src))) or all(map(zero, src)):
@@ -253,6 +250,11 @@ def structural(t: Tensor) -> Tensor:
     return Tensor._from_uop(done.get(t.uop, t.uop), t.device)
 
 
+def _flag(value: object, op: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{op}: structural_zeros must be True or False, got {value!r}")
+
+
 def spjacobian(f: NumericalFunction, argnum: int = 0, *, structural_zeros: bool = False) -> SparseFunction:
     """x... -> the nonzeros of d f / d x_argnum (f's output and x flattened), CSC order, one pass per color.
     `structural_zeros`: f's arithmetic as CasADi's SX reads it (see `structural`): an entry that is a product with
@@ -260,6 +262,7 @@ def spjacobian(f: NumericalFunction, argnum: int = 0, *, structural_zeros: bool 
     IEEE's 0 * inf is NaN, so such an entry is not zero for every input."""
     a = _argnum(f, argnum, "spjacobian")
     if len(f.output_shapes) != 1: raise ShapeError(f"spjacobian: {f.name} must have one output")
+    _flag(structural_zeros, "spjacobian")
     xs = placeholders_for(f.args)
     single = (lambda ts: structural(_single(f, ts, "spjacobian"))) if structural_zeros else \
         (lambda ts: _single(f, ts, "spjacobian"))
@@ -311,6 +314,7 @@ def sphessian(f: NumericalFunction, argnum: int = 0, *, structural_zeros: bool =
     """x... -> the nonzeros of the hessian of a scalar f in x_argnum (flattened), CSC order, one pass per color.
     `structural_zeros` as spjacobian's: f and its gradient read as CasADi's SX reads them."""
     a = _argnum(f, argnum, "sphessian")
+    _flag(structural_zeros, "sphessian")
     if len(f.output_shapes) != 1 or prod(f.output_shapes[0]) != 1:
         raise ShapeError(f"sphessian: {f.name} must return one scalar, not outputs of shapes {f.output_shapes}")
 

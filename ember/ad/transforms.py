@@ -23,7 +23,7 @@ from ember.scan import offsets
 from ember.tensor import Tensor
 from ember.uop.ops import TANGENT, Ops, UOp
 
-CARRIES = {Ops.MUL, Ops.ADD, Ops.SUB, Ops.NEG}  # the vjp's arithmetic on cotangents (see cotangent_arithmetic)
+CARRIES = {Ops.MUL, Ops.ADD, Ops.SUB, Ops.NEG}  # marked TANGENT: a vjp's cotangent arithmetic, sparse.structural
 
 
 def _argnum(f: NumericalFunction, argnum: int, op: str) -> int:

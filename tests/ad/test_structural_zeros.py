@@ -8,6 +8,7 @@ values are theirs), and, at an infinite input, the jacobian written by hand with
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import ember.ad
@@ -75,3 +76,10 @@ def test_the_hessian_of_a_structural_zero_term_has_no_entries():
     for sp in (ieee, casadi_like):
         sp.compile()
         np.testing.assert_allclose(dense(sp, sp(x)), want, rtol=1e-15, atol=0)
+
+
+def test_structural_zeros_must_be_a_bool():
+    with pytest.raises(TypeError, match="structural_zeros must be True or False"):
+        ember.ad.spjacobian(F, structural_zeros="yes")
+    with pytest.raises(TypeError, match="structural_zeros must be True or False"):
+        ember.ad.sphessian(NumericalFunction("lagrangian", lagrangian, [Arg(4)]), structural_zeros=1)
