@@ -25,7 +25,9 @@ from ember.variables import concrete
 # copies w.T into (k, m) order first: 256x784x512 1.87 -> 1.55 ms, 512x512x512 3.23 -> 1.78 ms (g.T @ x gains
 # nothing from a copy of g.T, so only b is copied). From PANEL_MACS, b is copied into panels one vector wide
 # (every k of a tile's columns together, not 4-8 KiB apart): GEMM 1024 163-194 -> 192-205 GFLOP/s, 2048
-# 128 -> 213 (512: no gain).
+# 128 -> 213 (512: no gain). On a 2-core AVX2 EPYC with the dot-product tiles of codegen/heuristic.py: 512x512x512
+# 3.79 -> 3.12 ms, 256x784x512 even, and scaled_dot_product_attention 2x8x128x64 without the copy of k 0.97x (7
+# rounds, 0.57-1.26x), 1x8x256x64 1.08x: a batch of matrices is not copied.
 PACK_MACS = 1 << 20
 PANEL_MACS = 1 << 30
 
@@ -275,8 +277,11 @@ class ReduceMixin:
             m = b.shape[-1]
             b = b.reshape(*b.shape[:-1], m // panel, panel).transpose(-3, -2).contiguous().transpose(-3, -2) \
                 .reshape(b.shape)
-        elif b.uop.op is Ops.PERMUTE and b.uop.arg[-1] != b.ndim - 1 and macs >= PACK_MACS:
-            b = b.contiguous()  # x @ w.T reads w along its rows; a copy in (k, m) order streams in vectors
+        elif b.uop.op is Ops.PERMUTE and b.uop.arg[-1] != b.ndim - 1 and macs >= PACK_MACS and \
+                prod_of(b.shape[:-2]) == 1:
+            # x @ w.T reads w along its rows; a copy in (k, m) order streams in vectors. One matrix only: a batch
+            # of them (attention's q @ k.T, 16 x 128x64x128) gains nothing the copy's kernel does not cost
+            b = b.contiguous()
         # (..., n, k) -> (..., n, 1, k) and (..., k, m) -> (..., 1, m, k): the product sums over the last axis
         prod = a.cast(acc).unsqueeze(-2) * b.cast(acc).transpose(-1, -2).unsqueeze(-3)
         out = prod._reduce(Ops.ADD, -1, False, "matmul").cast(out_dtype)

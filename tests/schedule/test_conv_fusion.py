@@ -73,12 +73,14 @@ def test_resnet_basic_block_is_its_two_convolutions_kernels(channels: int, size:
     np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape, count", [((2, 4, 16, 8), 4), ((1, 2, 64, 64), 4), ((1, 2, 64, 192), 5)])
+@pytest.mark.parametrize("shape, count", [((2, 4, 16, 8), 4), ((1, 2, 64, 64), 4), ((2, 8, 128, 64), 4),
+                                          ((1, 2, 64, 192), 5)])
 def test_attention_recomputes_its_softmax_weights_in_the_product_when_that_costs_less_than_a_kernel(shape, count):
     """softmax(q k^T / sqrt(d)) @ v: the scores, their max, the exp sum, and the product with v, whose loop
     recomputes each weight exp(s - max) / sum for the d columns that read it, once per register tile of them
     (LOOP_SHARE): 4 kernels, as tinygrad's 4 (5 before at 64 x 64 per head, which counted a computation per
-    column). At d = 192 the copies would cost more than storing the weights (STREAM_OPS): 5."""
+    column; 5 at 128 x 64, where q @ k.T copied k.T first, as matmul does for one large matrix). At d = 192 the
+    copies would cost more than storing the weights (STREAM_OPS): 5."""
     q, k, v = (RNG.standard_normal(shape).astype(np.float32) for _ in range(3))
     out = Tensor(q).realize().scaled_dot_product_attention(Tensor(k).realize(), Tensor(v).realize())
     assert kernel_count(out) == count
