@@ -26,6 +26,7 @@ from ember.dtype import DType, dtypes
 from ember.export.cpp_names import check_cpp_name, cpp_arg_names
 from ember.export.function import NumericalFunction
 from ember.export.optimistic import reached_outputs
+from ember.export.pieces import cut_into_pieces
 from ember.renderer import cvector
 from ember.renderer.cstyle import (
     _LIBM,
@@ -198,12 +199,15 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
                 lines += _loop_lines(item, depth, ref, lambda body, d: emit(body, d, checked))
                 continue
             if item.ast not in by_ast:
-                kname = f"{f.name}_k{len(kernels)}_{kernel_name(item.ast)}"
+                kname = f"{f.name}_k{len(by_ast)}_{kernel_name(item.ast)}"
                 spec = get_program(item.ast, renderer, kname)
                 source = spec.src.rstrip()
                 by_ast[item.ast] = (kname, spec.threads, templated := CHECKED in source)
                 # a kernel with tangent products is a template; its checked instance is built apart (module.cpp.j2)
                 params = source[source.index(f" {kname}(") + len(kname) + 2:source.index(") {")] if templated else ""
+                source, pieces = cut_into_pieces(source, kname, CHECKED if templated else "")  # (g++'s time)
+                kernels.extend({"name": p.name, "source": p.source, "checked": p.params if templated else ""}
+                               for p in pieces)
                 kernels.append({"name": kname, "source": f"template <bool {CHECKED}>\n{source}" if templated else
                                 source, "checked": params})
             kname, threads, templated = by_ast[item.ast]

@@ -1,0 +1,127 @@
+"""Long straight-line kernels cut into pieces: functions of at most PIECE_STATEMENTS statements, for the C++ compiler.
+
+Why: g++ -O2 allocates registers over a whole function, in time that grows much faster than its length when
+thousands of values are live at once, as in an unrolled derivative (every primal value read by every direction).
+A 3-interval quadrotor MPC Lagrangian hessian rendered as one function of 19,000 statements took 31 s to compile,
+58% of it in LRA's hard register assignment; its statements in functions of 500 took 7.4 s. What one piece hands
+the next goes through an array in memory (a call the compiler may not inline: each piece is allocated alone), a
+store and a load per value, a small part of such a function's work.
+
+Before: a kernel rendered by the CppRenderer: its signature `... void name(params) {`, the body one statement a line,
+  two spaces of indent per loop level.
+After: the same kernel where every run of more than SPLIT_FROM top-level statements (declarations `const T x = ...;`
+  and stores, outside any loop) is replaced by calls of `name_partN`, each holding PIECE_STATEMENTS of them, defined
+  before it. A value a piece reads from earlier code comes from `carry_<type>[i]`, written where it is defined (or
+  by the kernel, for a value defined before the run); the kernel reads back what the code after the run uses. The
+  pieces take the kernel's own parameters and the carry arrays; in a kernel with tangent products each is a template
+  on CHECKED as the kernel is. A run that names an accumulator array or a type outside CARRIED_TYPES is left whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SPLIT_FROM = 8000  # top-level statements in a row from which a kernel is cut (m-jac's 4,600 stay one function)
+PIECE_STATEMENTS = 500  # statements per piece (19,000 statements: 31 s in one function, 9.2 s by 1000, 7.4 s by 500)
+CARRIED_TYPES = frozenset({"double", "float", "bool", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
+                           "uint16_t", "uint32_t", "uint64_t"})
+DECLARATION = re.compile(r"^  const (?P<type>\w+) (?P<name>\w+) = (?P<expr>.*);$")
+STORE = re.compile(r"^  (?:if \(.*\) )?\*.* = .*;$")
+VALUE = re.compile(r"\b(?:t|val|acc)\d+\b")
+ARGS = "\0arguments\0"  # in a call until the carry arrays are known
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A function cut from a kernel: its name, its source, and its parameter list (for its checked instance)."""
+
+    name: str
+    source: str
+    params: str
+
+
+def cut_into_pieces(source: str, name: str, template: str) -> tuple[str, list[Piece]]:
+    """(the kernel's source with its long runs replaced by calls, the pieces it calls); `template` is the template
+    parameter's name for a kernel with tangent products, else "". A kernel with no long run comes back as it is."""
+    lines = source.split("\n")
+    head = next((i for i, line in enumerate(lines) if f" {name}(" in line and line.endswith(") {")), None)
+    if head is None or lines[-1] != "}": return source, []
+    params = lines[head][lines[head].index(f" {name}(") + len(name) + 2:-len(") {")]
+    body = lines[head + 1:-1]
+    runs = long_runs(body)
+    if not runs: return source, []
+    types = {m["name"]: m["type"] for line in body if (m := DECLARATION.match(line))}
+    pieces: list[Piece] = []
+    slots: dict[str, int] = {}  # a carried value's index in the array of its type
+    counts: dict[str, int] = {}
+
+    def slot(value: str) -> str:
+        if value not in slots:
+            slots[value] = counts.get(types[value], 0)
+            counts[types[value]] = slots[value] + 1
+        return f"carry_{types[value]}[{slots[value]}]"
+
+    out: list[str] = []
+    done = 0
+    for start, end in runs:
+        out += body[done:start]
+        chunks = [body[i:min(i + PIECE_STATEMENTS, end)] for i in range(start, end, PIECE_STATEMENTS)]
+        made = [{d for line in chunk if (d := defined(line))} for chunk in chunks]
+        reads = [sorted({v for line in chunk for v in used(line) if v in types} - mine, key=natural)
+                 for chunk, mine in zip(chunks, made, strict=True)]
+        after = {v for line in body[end:] for v in used(line)}
+        wanted = after.union(*reads)  # what some later piece, or the code after the run, reads
+        inside = set().union(*made)
+        out += [f"  {slot(v)} = {v};" for v in sorted((wanted - inside) & set(types), key=natural)]  # from before
+        for k, chunk in enumerate(chunks):
+            code = [f"  const {types[v]} {v} = {slot(v)};" for v in reads[k]]
+            for line in chunk:
+                code.append(line)
+                if (d := defined(line)) is not None and d in wanted: code.append(f"  {slot(d)} = {d};")
+            part = f"{name}_part{len(pieces)}"
+            out.append(f"  {part}<{template}>({ARGS});" if template else f"  {part}({ARGS});")
+            pieces.append(Piece(part, "\n".join(code), params))
+        out += [f"  const {types[v]} {v} = {slot(v)};" for v in sorted(inside & after, key=natural)]
+        done = end
+    out += body[done:]
+    carries = sorted(counts)
+    args = ", ".join([*(p.split()[-1] for p in params.split(", ") if p), *(f"carry_{t}" for t in carries)])
+    every = ", ".join([*([params] if params else []), *(f"{t}* __restrict carry_{t}" for t in carries)])
+    declared = [f"  {t} carry_{t}[{n}];" for t, n in sorted(counts.items())]
+    kernel = "\n".join([*lines[:head + 1], *declared, *(line.replace(ARGS, args) for line in out), "}"])
+    prefix = f"template <bool {template}>\n" if template else ""
+    return kernel, [Piece(p.name, f"{prefix}static EMBER_KERNEL EMBER_PIECE void {p.name}({every}) {{\n{p.source}\n}}",
+                          every) for p in pieces]
+
+
+def long_runs(body: list[str]) -> list[tuple[int, int]]:
+    """[start, end) of each run of more than SPLIT_FROM top-level declarations and stores that can be cut."""
+    runs, start = [], None
+    for i, line in enumerate([*body, ""]):
+        if DECLARATION.match(line) or STORE.match(line):
+            if start is None: start = i
+            continue
+        if start is not None and i - start > SPLIT_FROM and cuttable(body[start:i]): runs.append((start, i))
+        start = None
+    return runs
+
+
+def cuttable(run: list[str]) -> bool:
+    """No accumulator arrays (a piece would need the array itself), every declared type one the carries hold."""
+    return not any("acc" in v for line in run for v in VALUE.findall(line)) and \
+        all(m["type"] in CARRIED_TYPES for line in run if (m := DECLARATION.match(line)))
+
+
+def defined(line: str) -> str | None:
+    return m["name"] if (m := DECLARATION.match(line)) else None
+
+
+def used(line: str) -> set[str]:
+    m = DECLARATION.match(line)
+    return set(VALUE.findall(m["expr"] if m else line))
+
+
+def natural(value: str) -> tuple[str, int]:
+    digits = value.lstrip("tval")
+    return value[:len(value) - len(digits)], int(digits)
