@@ -26,24 +26,29 @@ CXX = find_cxx()
 needs_cxx = pytest.mark.skipif(CXX is None, reason="no C++ compiler")
 
 
-def random_kernel(statements: int, seed: int) -> str:
+def random_kernel(statements: int, seed: int, looped: bool = False) -> str:
     """A kernel `void k(out, in)` as the CppRenderer writes one: loads, a long run of arithmetic on random earlier
-    values (some defined before the run, some read after it, in a loop), stores inside the run and after it."""
+    values (some defined before the run, some read after it, in a loop), stores inside the run and after it. Looped:
+    the run is the body of a loop over 3 steps, whose counter its loads and stores read."""
     rng = np.random.default_rng(seed)
-    lines = [f"  const double val{i} = *(data1+{i});" for i in range(8)]
+    pad = "    " if looped else "  "
+    step = "r9*8+" if looped else ""
+    lines = [f"{pad}const double val{i} = *(data1+{step}{i});" for i in range(8)]
     names = [f"val{i}" for i in range(8)]
-    lines.append("  const int32_t t0 = 3;")
+    lines.append(f"{pad}const int32_t t0 = 3;")
     for i in range(1, statements):
         a, b = (names[int(j)] for j in rng.integers(0, len(names), 2))
         op = ["+", "-", "*"][int(rng.integers(0, 3))]
-        lines.append(f"  const double t{i} = {a}{op}{b}*0.5;")
+        lines.append(f"{pad}const double t{i} = {a}{op}{b}*0.5;")
         names.append(f"t{i}")
-        if i % 97 == 0: lines.append(f"  *(data0+{i // 97}) = t{i};")
+        if i % 97 == 0: lines.append(f"{pad}*(data0+{'r9*30+' if looped else ''}{i // 97}) = t{i};")
     tail = [names[int(j)] for j in rng.integers(8, len(names), 4)]
-    lines.append("  for (int32_t r0 = 0; r0 < 4; r0++) {")
-    lines.append("    const int32_t t99999 = r0+t0;")
-    lines += [f"    if (r0 == {k}) *(data0+t99999+90) = {v};" for k, v in enumerate(tail)]
-    lines.append("  }")
+    lines.append(f"{pad}for (int32_t r0 = 0; r0 < 4; r0++) {{")
+    lines.append(f"{pad}  const int32_t t99999 = r0+t0;")
+    out = "r9*30+" if looped else ""
+    lines += [f"{pad}  if (r0 == {k}) *(data0+{out}t99999+20) = {v};" for k, v in enumerate(tail)]
+    lines.append(f"{pad}}}")
+    if looped: lines = ["  for (int32_t r9 = 0; r9 < 3; r9++) {", *lines, "  }"]
     return "void k(double* __restrict data0, const double* __restrict data1) {\n" + "\n".join(lines) + "\n}"
 
 
@@ -53,30 +58,33 @@ def run_kernel(source: str, tmp_path, name: str) -> np.ndarray:
                     f'extern "C" {{\n{source}\n}}\n')
     lib = tmp_path / f"{name}.so"
     subprocess.run([CXX, "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-o", str(lib), str(path)], check=True)
-    out, x = np.full(100, np.nan), np.linspace(0.5, 1.5, 8)
+    out, x = np.full(100, np.nan), np.linspace(0.5, 1.5, 24)
     ctypes.CDLL(str(lib)).k(out.ctypes.data_as(ctypes.c_void_p), x.ctypes.data_as(ctypes.c_void_p))
     return out
 
 
 @needs_cxx
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_kernel_cut_into_pieces_computes_what_it_computed_whole(seed: int, tmp_path, monkeypatch):
+@pytest.mark.parametrize("seed, looped", [(0, False), (1, False), (2, True)])
+def test_a_kernel_cut_into_pieces_computes_what_it_computed_whole(seed: int, looped: bool, tmp_path, monkeypatch):
+    """Cut or whole, the same outputs bit for bit; a run in a loop passes the loop's counter to its pieces."""
     monkeypatch.setattr(pieces, "SPLIT_FROM", 300)
     monkeypatch.setattr(pieces, "PIECE_STATEMENTS", 70)
-    whole = random_kernel(1200, seed)
+    whole = random_kernel(1200, seed, looped)
     cut, parts = cut_into_pieces(whole, "k", "")
     assert len(parts) == -(-1212 // 70)  # the run: 1199 values, 12 stores, and t0 (the loads make it longer)
     assert "double carry_double[" in cut and "int32_t carry_int32_t[1];" in cut
+    assert all(("const int32_t r9, " in p.params) == looped for p in parts)
     source = "\n".join(p.source for p in parts) + "\n" + cut
-    np.testing.assert_array_equal(run_kernel(source, tmp_path, "cut"), run_kernel(whole, tmp_path, "whole"))
+    got, want = run_kernel(source, tmp_path, "cut"), run_kernel(whole, tmp_path, "whole")
+    assert np.isfinite(want[1:13]).all()  # (the stores in the run)
+    np.testing.assert_array_equal(got, want)
 
 
-def test_a_short_run_or_one_in_a_loop_stays_whole(monkeypatch):
+def test_a_short_run_stays_whole(monkeypatch):
     monkeypatch.setattr(pieces, "SPLIT_FROM", 300)
-    short = random_kernel(200, 0)
-    assert cut_into_pieces(short, "k", "") == (short, [])
-    looped = short.replace("\n  const", "\n    const").replace("void k(", "void k(")  # (indented: a loop's body)
-    assert cut_into_pieces(looped, "k", "") == (looped, [])
+    for looped in (False, True):
+        short = random_kernel(200, 0, looped)
+        assert cut_into_pieces(short, "k", "") == (short, [])
 
 
 def ember_step(z: Tensor) -> Tensor:
