@@ -25,7 +25,7 @@ from ember.device import Buffer
 from ember.dtype import DType, dtypes
 from ember.export.cpp_names import check_cpp_name, cpp_arg_names
 from ember.export.function import NumericalFunction
-from ember.export.optimistic import reached_outputs
+from ember.export.optimistic import kernel_reaches, reached_outputs
 from ember.export.pieces import cut_into_pieces
 from ember.renderer import cvector
 from ember.renderer.cstyle import (
@@ -39,7 +39,7 @@ from ember.renderer.cstyle import (
     render_tangent_product,
     tangent_product_functions,
 )
-from ember.schedule.kernelize import LoopItem
+from ember.schedule.kernelize import ExecItem, LoopItem
 from ember.uop.ops import TANGENT, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -74,6 +74,51 @@ EMBER_KERNEL bool any_nan(const T* x, long n) {  // (an int accumulator: the loo
 }""", ()),
 }
 CHECKED = "checked_products"  # the template parameter of a kernel with tangent products (see optimistic.py)
+NAN_FLAG = "ember_nan"  # set by a plain instance that stored a NaN (flag_stored_nans)
+STORED = re.compile(r"^(?P<pad> +)(?P<gate>if \(.*\) )?\*\(?data(?P<buffer>\d+)\b.* = (?P<value>[^;]+);$")
+DECLARED = re.compile(r"^  +const (?P<type>\w+) (?P<name>\w+) = ")
+ACCUMULATOR = re.compile(r"^ +\*\(?acc\d+")  # a register's store, not memory's
+LITERAL = re.compile(r"^\(?-?[\d.]+(?:e[-+]?\d+)?f?\)?$")
+
+
+FLAG_LIMIT = 4096  # elements a kernel stores its products' values into, up to which it flags a NaN as it stores
+# them: a 100-variable Rosenbrock hessian's 298 entries 0.63-0.99x the time of a scan after it (4 rounds); the 192,000
+# of a vmapped step jacobian 1.06-1.14x (a compare per scalar store, where the scan reads vectors)
+
+
+def stored_products(item: ExecItem) -> set[int] | None:
+    """The buffers (by argument number) a kernel stores its own tangent products' values into, if they hold at most
+    FLAG_LIMIT elements; else None (also where such a value meets a consumer that may not pass a NaN on: then the
+    function runs its checked products only)."""
+    written = kernel_reaches(item, set(), {item.ast})
+    if written is None or sum(b.size for b in item.bufs if id(b) in written) > FLAG_LIMIT: return None
+    return {i for i, b in enumerate(item.bufs) if id(b) in written}
+
+
+def flag_stored_nans(source: str, name: str, reached: set[int]) -> str | None:
+    """The kernel with a flag it sets where its plain instance stores a NaN (`int& ember_nan`, its last parameter):
+    beside each store of a float value into a buffer its tangent products reach (`data<i>` for i in `reached`),
+    `ember_nan |= !checked_products && v != v`, under the store's gate. What the kernel stores it has in a register:
+    a compare, where a scan of its outputs read them all again (a third of a 100-variable Rosenbrock hessian's
+    time). None where a store is not a scalar's (a vector's lanes) or its value's type is unknown."""
+    types = {m["name"]: m["type"] for line in source.split("\n") if (m := DECLARED.match(line))}
+    head = f" {name}("
+    out: list[str] = []
+    for line in source.split("\n"):
+        out.append(line)
+        if head in line and line.endswith(") {"):
+            out[-1] = f"{line[:-len(') {')]}, int& {NAN_FLAG}) {{"
+            continue
+        if DECLARED.match(line) or not line.lstrip().startswith(("*", "if (", "store_")) or ACCUMULATOR.match(line):
+            continue
+        if (m := STORED.match(line)) is None: return None  # a store this does not read (a vector's)
+        value = m["value"]
+        if int(m["buffer"]) not in reached or (value in types and types[value] not in ("double", "float")): continue
+        if value not in types:
+            if LITERAL.match(value): continue
+            return None  # (a half's bits: not flagged)
+        out.append(f"{m['pad']}{m['gate'] or ''}{NAN_FLAG} |= !{CHECKED} && {value} != {value};")
+    return "\n".join(out)
 
 
 def prelude_for(kernels: str) -> str:
@@ -188,7 +233,7 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
         ref[id(b)] = f"reinterpret_cast<{c_type(b.dtype)}*>(ws + {offset})"
         offset += -(-max(b.nbytes, 1) // 16) * 16
     kernels: list[dict[str, str]] = []
-    by_ast: dict[UOp, tuple[str, int, bool]] = {}
+    by_ast: dict[UOp, tuple[str, int, bool, bool]] = {}  # name, threads, templated, flags the NaNs it stores
 
     def emit(items: list[Any], depth: int, checked: bool) -> list[str]:
         """The statements running `items`; a loop's body indented in its `for`, x read in place from xs. A kernel
@@ -202,7 +247,12 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
                 kname = f"{f.name}_k{len(by_ast)}_{kernel_name(item.ast)}"
                 spec = get_program(item.ast, renderer, kname)
                 source = spec.src.rstrip()
-                by_ast[item.ast] = (kname, spec.threads, templated := CHECKED in source)
+                templated = CHECKED in source
+                # its plain instance notes a NaN it stores, where its slices are not threads sharing the flag
+                reached = stored_products(item) if templated and spec.threads == 1 else None
+                flagged = reached is not None and (source := flag_stored_nans(source, kname, reached)) is not None
+                source = source or spec.src.rstrip()
+                by_ast[item.ast] = (kname, spec.threads, templated, flagged)
                 # a kernel with tangent products is a template; its checked instance is built apart (module.cpp.j2)
                 params = source[source.index(f" {kname}(") + len(kname) + 2:source.index(") {")] if templated else ""
                 source, pieces = cut_into_pieces(source, kname, CHECKED if templated else "")  # (g++'s time)
@@ -210,9 +260,9 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
                                for p in pieces)
                 kernels.append({"name": kname, "source": f"template <bool {CHECKED}>\n{source}" if templated else
                                 source, "checked": params})
-            kname, threads, templated = by_ast[item.ast]
+            kname, threads, templated, flagged = by_ast[item.ast]
             call = f"{kname}<{str(checked).lower()}>" if templated else kname
-            args = ", ".join(ref[id(b)] for b in item.bufs)
+            args = ", ".join([*(ref[id(b)] for b in item.bufs), *([NAN_FLAG] if flagged else [])])
             # a kernel the heuristic split across cores (renderer.cores > 1): its slices on threads of their own; the
             # slice is EMBER_KERNEL too, or g++ contracts the kernel inlined into it into FMAs (other last bits)
             lines.append(f"{call}({args});" if threads == 1 else
@@ -220,12 +270,21 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
         return lines
 
     rerun = emit(plan.items, 0, checked=True)  # (renders every kernel: which test products is known after)
-    checked = {ast for ast, (_, _, templated) in by_ast.items() if templated}
+    checked = {ast for ast, (_, _, templated, _) in by_ast.items() if templated}
     tested = reached_outputs(plan, checked) if checked else []
     body = emit(plan.items, 0, checked=not tested)
+    if any(flagged for *_, flagged in by_ast.values()):
+        body, rerun = [f"int {NAN_FLAG} = 0;", *body], [f"int {NAN_FLAG} = 0;", *rerun, f"(void){NAN_FLAG};"]
     if tested:  # the plain products left a NaN where the checked ones may not: run those (a cold function)
-        nan = " || ".join(f"any_nan({ref[id(b)]}, {b.size})" for b in tested)
+        # a kernel that flags the NaNs it stores needs no scan of what it reaches: a NaN a plain product makes is
+        # stored on its way to an output (every value on a tangent's path passes it on: optimistic.py)
+        unflagged = {ast for ast in checked if not by_ast[ast][3]}
+        scanned = (reached_outputs(plan, unflagged) or []) if unflagged else []
+        nan = " || ".join([*(f"any_nan({ref[id(b)]}, {b.size})" for b in scanned),
+                           *([NAN_FLAG] if len(unflagged) < len(checked) else [])])
         body.append(f"if ({nan}) call_checked({', '.join(m.name for m in inputs + outputs)}, ws);")
+    elif any(flagged for *_, flagged in by_ast.values()):
+        body.append(f"(void){NAN_FLAG};")
     # Two outputs that are one value (`lambda x: (x, x)`) are one buffer of the plan, which the kernels write through
     # the first output's pointer: every later one gets a copy, or the caller would read whatever its memory held.
     for b, m in zip(plan.outputs, outputs, strict=True):

@@ -10,7 +10,7 @@ store and a load per value, a small part of such a function's work.
 Before: a kernel rendered by the CppRenderer: its signature `... void name(params) {`, the body one statement a line,
   two spaces of indent per loop level.
 After: the same kernel where every run of more than SPLIT_FROM statements at one depth (declarations `const T x =
-  ...;` and stores, at the top or in a loop's body) is replaced by calls of `name_partN`, each holding
+  ...;`, stores and flags set, at the top or in a loop's body) is replaced by calls of `name_partN`, each holding
   PIECE_STATEMENTS of them, defined before it. A value a piece reads from earlier code comes from `carry_<type>[i]`,
   written where it is defined (or by the kernel, for a value defined before the run); the kernel reads back what the
   code after the run uses. The pieces take the kernel's own parameters, the counters of the loops around the run and
@@ -30,7 +30,7 @@ PIECE_STATEMENTS = 500  # statements per piece (19,000 statements: 31 s in one f
 CARRIED_TYPES = frozenset({"double", "float", "bool", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
                            "uint16_t", "uint32_t", "uint64_t"})
 DECLARATION = re.compile(r"^(?P<pad> +)const (?P<type>\w+) (?P<name>\w+) = (?P<expr>.*);$")
-STORE = re.compile(r"^(?P<pad> +)(?:if \(.*\) )?\*.* = .*;$")
+STORE = re.compile(r"^(?P<pad> +)(?:if \(.*\) )?(?:\*.* =|\w+ \|=) .*;$")  # (a store, or a flag set: cpp.py)
 LOOP = re.compile(r"^ *for \((?P<type>\w+) (?P<name>\w+) = .*\) \{$")
 VALUE = re.compile(r"\b(?:t|val|acc)\d+\b")
 ARGS = "\0arguments\0"  # in a call until the carry arrays are known, with the piece's number
