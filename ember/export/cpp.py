@@ -250,8 +250,8 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
                 templated = CHECKED in source
                 # its plain instance notes a NaN it stores, where its slices are not threads sharing the flag
                 reached = stored_products(item) if templated and spec.threads == 1 else None
-                flagged = reached is not None and (source := flag_stored_nans(source, kname, reached)) is not None
-                source = source or spec.src.rstrip()
+                with_flag = flag_stored_nans(source, kname, reached) if reached is not None else None
+                flagged, source = with_flag is not None, with_flag or source
                 by_ast[item.ast] = (kname, spec.threads, templated, flagged)
                 # a kernel with tangent products is a template; its checked instance is built apart (module.cpp.j2)
                 params = source[source.index(f" {kname}(") + len(kname) + 2:source.index(") {")] if templated else ""
