@@ -30,7 +30,7 @@ from ember.engine.realize import graph_text
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
 from ember.helpers import CACHELEVEL, MAX_CXX_BYTES, UNROLL, cache_dir, source_hash
-from ember.runtime.ops_cpu import native_target, pick_compiler
+from ember.runtime.ops_cpu import half_flags, native_target, pick_compiler
 from ember.schedule.kernelize import LoopItem
 
 if TYPE_CHECKING:
@@ -85,8 +85,8 @@ def locate_native(f: NumericalFunction) -> NativeBuild | None:
     description, float16 = describe(f)
     cxx = find_cxx(float16)
     assert cxx is not None
-    key_text = "\0".join([description, cxx, *CXX_FLAGS, native_target(cxx), sys.version, np.__version__,
-                          source_hash()])
+    key_text = "\0".join([description, cxx, *CXX_FLAGS, *half_flags(cxx, "c++"), native_target(cxx), sys.version,
+                          np.__version__, source_hash()])
     ext = f"ember_{f.name}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
     return NativeBuild(ext, os.path.join(cache_dir(), "native"), cxx)
 
@@ -110,7 +110,7 @@ def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Call
                            ("extension.cpp", wrapper)):
             with open(os.path.join(tmp, name), "w") as fh: fh.write(text)
         out = os.path.join(tmp, "ext.so")
-        cmd = [where.cxx, *CXX_FLAGS, f"-I{include}", f"-I{np.get_include()}", "-o", out,
+        cmd = [where.cxx, *CXX_FLAGS, *half_flags(where.cxx, "c++"), f"-I{include}", f"-I{np.get_include()}", "-o", out,
                os.path.join(tmp, "extension.cpp")]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode: raise CompileError(f"{f.name}: the C++ compiler failed:\n{done.stderr[-4000:]}")

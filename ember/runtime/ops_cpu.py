@@ -87,6 +87,31 @@ def takes_float16(compiler: str, language: str) -> bool:
     return probe.returncode == 0
 
 
+# A half-precision select as ember's kernels write it: gcc 12 with AVX512-FP16 (-march=native on Sapphire Rapids)
+# emits a masked `vmovsh` for it that binutils 2.40's assembler rejects ("unsupported masking")
+HALF_SELECT = "void relu(_Float16* y, const _Float16* x) { for (int i = 0; i < 15; i++) y[i] = x[i] < 0 ? 0 : x[i]; }\n"
+
+
+@functools.cache
+def half_flags(compiler: str, language: str) -> tuple[str, ...]:
+    """("-mno-avx512fp16",) where `compiler` -O2 -march=native cannot assemble HALF_SELECT but can without those
+    instructions: half arithmetic then runs in float, rounded to half after each operation (each C statement of a
+    kernel is one), which gives the same bits. () elsewhere. Probed once per compiler binary and CPU, the answer
+    kept in the cache directory as takes_float16's is."""
+    binary = os.path.realpath(shutil.which(compiler) or compiler)
+    stat = os.stat(binary)
+    text = f"{binary}\0{stat.st_size}\0{stat.st_mtime_ns}\0{language}\0{native_target(compiler)}\0{HALF_SELECT}"
+    record = os.path.join(cache_dir(), "compilers", f"half-{hashlib.sha256(text.encode()).hexdigest()[:16]}")
+    if CACHELEVEL and (known := read_cached(record)) is not None: return tuple(known.decode().split())
+
+    def assembles(*flags: str) -> bool:
+        return subprocess.run([compiler, "-x", language, "-O2", "-march=native", *flags, "-c", "-o", os.devnull, "-"],
+                              capture_output=True, text=True, input=HALF_SELECT).returncode == 0
+    flags = ("-mno-avx512fp16",) if not assembles() and assembles("-mno-avx512fp16") else ()
+    if CACHELEVEL: cache_write(record, " ".join(flags).encode())
+    return flags
+
+
 # in a compiler driver's -### listing, the words after these name the target (clang); gcc expands -march=native into
 # -march=<cpu> and one -m<feature> or -mno-<feature> per extension, with --param cache sizes
 TARGET_OPTIONS = ("-target-cpu", "-target-feature", "--param", "-target-abi")
@@ -142,7 +167,8 @@ class CCompiler(Compiler):
     def __init__(self) -> None:
         self.cc = find_c_compiler()
         version = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-        self.flags = c_flags() + (GCC_FLAGS if "gcc" in version.lower() and "clang" not in version.lower() else ())
+        self.flags = c_flags() + (GCC_FLAGS if "gcc" in version.lower() and "clang" not in version.lower() else ()) + \
+            half_flags(self.cc, "c")
         super().__init__(f"{version} {' '.join(self.flags)} target: {native_target(self.cc)}")
 
     def compile(self, src: str) -> bytes:
