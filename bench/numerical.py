@@ -42,11 +42,13 @@ Three measurements per case and framework:
           CasADi's Function (numpy in, DM out; also its compiled code loaded with casadi.external), a jax.jit'd
           function on device arrays with block_until_ready
   C++     median per-call time of the native code in a C++ loop, no Python in the timed region: ember's
-          generate_module output, CasADi's C code generation (as C++), both compiled with the same compiler
+          generate_module output on this CPU's vectors (vector_bytes: 64 with AVX-512, 32 with AVX2, as ember's
+          own native build takes them), CasADi's C code generation (as C++), both compiled with the same compiler
           (ember's: $CXX, else g++, else clang++) and CXX_FLAGS below, and timed in turns by one loop; ember
           also as ember+FMA (EMBER_KERNEL defined to let g++ fuse a*b + c, as it does CasADi's code; ember's
-          kernels as exported forbid that to keep the Python call's bits); then ember and CasADi again, both
-          compiled at -O3, in a second loop. JAX has no C export.
+          kernels as exported forbid that to keep the Python call's bits) and as ember-scalar (vector_bytes=0:
+          ISO C++, any compiler); then ember and CasADi again, both compiled at -O3, in a second loop. JAX has
+          no C export.
   first   the first call's latency: ember in a fresh process with an empty EMBER_CACHE (trace, derivatives,
           schedule, call; imports excluded): the first call's result comes from ember's numpy interpreter while the
           native code builds in a thread (ember/export/interpreter.py), so a second time is given, ember-native:
@@ -135,9 +137,11 @@ from numerical_models import (  # this script's folder is first on sys.path
 )
 
 from ember.export.native import find_cxx
+from ember.runtime.ops_cpu import native_target, vector_bytes
 
 CXX = find_cxx() or "g++"  # the compiler ember's first call uses ($CXX, else g++, else clang++): CasADi gets it too
 CXX_FLAGS = ["-std=c++17", "-O2", "-march=native"]
+VECTOR_BYTES = vector_bytes(native_target(CXX))  # the vectors of the CPU -march=native compiles for
 JAC_LIMIT = 120.0  # s for ember's f-jac process (3-4 s with the fold; unrolled, from 12 steps on, codegen of the
 # jacobians took over a minute, 84 s at 12 steps for 14 MB of C++, and g++ far longer: 25+ min at 20 steps)
 GRADIENT_SIZES = (100, 200, 400, 800, 1600)
@@ -324,9 +328,11 @@ def measure_ember(case: Case, folder: str) -> None:
     got.update(measure_build(case))
     print(json.dumps(got), flush=True)
     natives = {}
-    for kind, attribute in (("native", None), ("native_fma", FMA_KERNEL)):  # as exported; with FMAs allowed
-        module = f"ember_{case.key.replace('-', '_')}" + ("_fma" if attribute else "")
-        generate_module(module, fns, folder, threads=case.threads)
+    # as exported for this CPU; the same with FMAs allowed; without vectors (ISO C++)
+    for kind, attribute, width in (("native", None, VECTOR_BYTES), ("native_fma", FMA_KERNEL, VECTOR_BYTES),
+                                   ("native_scalar", None, 0)):
+        module = f"ember_{case.key.replace('-', '_')}" + kind.removeprefix("native")
+        generate_module(module, fns, folder, threads=case.threads, vector_bytes=width)
         source = os.path.join(folder, f"{module}.cpp")
         if attribute:  # the same file, compiled with EMBER_KERNEL defined first
             with open(unit := os.path.join(folder, f"{module}_unit.cpp"), "w") as fh:
@@ -361,7 +367,7 @@ def measure_build(case: Case) -> dict[str, float]:
         for f in case.ember()[0]: f.compile()
         built = {"build": time.perf_counter() - wall, "build_cpu": cpu_seconds() - cpu}
         wall = time.perf_counter()
-        render_module("ember_build", case.ember()[0])
+        render_module("ember_build", case.ember()[0], vector_bytes=VECTOR_BYTES)
     return built | {"build_ember": time.perf_counter() - wall}
 
 
@@ -573,8 +579,8 @@ def measure_case(case: Case, ca: Any, jax: Any, jnp: Any, dense_limit: float) ->
         os.mkdir(ember_folder := os.path.join(folder, "ember"))
         got = {"ember": ember_in_fresh_process(case, dense_limit if case.limited else case.limit, ember_folder)}
         if ca is not None: got["casadi"] = measure_casadi(case, ca, folder)
-        timed = [(fw, kind) for fw, kind in (("ember", "native"), ("ember", "native_fma"), ("casadi", "native"))
-                 if kind in got.get(fw, {})]
+        timed = [(fw, kind) for fw, kind in (("ember", "native"), ("ember", "native_fma"), ("ember", "native_scalar"),
+                                             ("casadi", "native")) if kind in got.get(fw, {})]
         seconds = time_native(folder, [got[fw][kind] for fw, kind in timed])
         for (fw, kind), s in zip(timed, seconds, strict=True): got[fw]["cpp" + kind.removeprefix("native")] = s
         plain = [(fw, kind) for fw, kind in timed if kind == "native"]  # again at -O3, as issue 27 asks
@@ -597,8 +603,8 @@ def report(selected: list[Case], results: dict[str, dict[str, dict[str, Any]]]) 
     print_table("Call from Python, µs per call (median)", [row(c, python_cells) for c in selected], 1e6, 2,
                 ["ember", "CasADi", "CasADi-ext", "JAX"], [(0, 1), (0, 2), (0, 3)])
     print_table(f"Native code in a C++ loop, µs per call (median; {CXX} {' '.join(CXX_FLAGS)})",
-                [row(c, [("ember", "cpp"), ("ember", "cpp_fma"), ("casadi", "cpp")]) for c in selected], 1e6, 3,
-                ["ember", "ember+FMA", "CasADi"], [(0, 2), (1, 2)])
+                [row(c, [("ember", "cpp"), ("ember", "cpp_fma"), ("ember", "cpp_scalar"), ("casadi", "cpp")])
+                 for c in selected], 1e6, 3, ["ember", "ember+FMA", "ember-scalar", "CasADi"], [(0, 3), (1, 3), (2, 3)])
     print_table(f"The same at -O3 (another binary: {CXX} {' '.join(CXX_FLAGS)} -O3)",
                 [row(c, [("ember", "cpp_o3"), ("casadi", "cpp_o3")]) for c in selected], 1e6, 3,
                 ["ember", "CasADi"], [(0, 1)])

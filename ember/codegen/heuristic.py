@@ -7,6 +7,11 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
   cut into lanes of the renderer's width, UPCAST for an output axis (a row of a matmul, an elementwise kernel),
   UNROLL for a reduce axis (a row sum: partial sums in the lanes, and several vectors of them, independent, so
   additions overlap).
+- Vectors for arithmetic: where no axis has such accesses but one carries many float operations per access (a
+  vmap over points stored one after another, hundreds of operations a point), that output axis is UPCAST all the
+  same: its loads, stores and libm calls go lane by lane, its arithmetic in vectors (compute_bound).
+- A renderer that must not regroup sums (`reassociates`: ember.export, the interpreter's bits) gets no reduce axis
+  in vector lanes: each lane is one output, its sum in loop order.
 - Register tiles: a kernel that reduces and vectorizes an output axis (matmul, convolution) also unrolls a second
   output axis by R and its vector axis by V vectors, R*V accumulators that fit the register file, so each load
   of an operand feeds several fused multiply-adds.
@@ -20,8 +25,11 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from ember.codegen.opt import MAX_THREADS, Opt, OptOps, apply_opt, kernel_axes, range_size
+from ember.codegen.transcendental import POLYNOMIALS
+from ember.dtype import dtypes
 from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
@@ -82,23 +90,24 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         opts.append(Opt(op, position(rng), amount))  # type: ignore[arg-type]
         sink = apply_opt(sink, opts[-1])
 
-    def fit(a: UOp) -> int:  # lanes for axis a: a power of two dividing its size, at most a full vector; a full
-        size = range_size(a)  # vector over an output axis that no four lanes divide, padded (opt.upcast_padded)
-        whole = min(lanes, size & -size)
-        if whole >= min(4, lanes) or a.arg.kind is AxisKind.REDUCE or padded(size, lanes) > PAD_SLACK * size or \
-                size > PAD_VECTORS * lanes:
-            return whole
-        return lanes
+    def fit(a: UOp) -> int:  # lanes for axis a: a power of two dividing its size, at most a full vector; over an
+        size = range_size(a)  # output axis that no four lanes divide, a full vector (or half of one of 16 lanes: a
+        whole = min(lanes, size & -size)  # 7-wide row takes 8 floats of AVX-512's 16) that pads it within the
+        if whole >= min(4, lanes) or a.arg.kind is AxisKind.REDUCE: return whole  # slack (opt.upcast_padded)
+        widths = (lanes, lanes // 2) if lanes >= 16 else (lanes,)
+        return next((w for w in widths if padded(size, w) <= PAD_SLACK * size and size <= PAD_VECTORS * w), whole)
 
     vector = None
     if lanes >= 2:
         # a stride-one access is one vector load per `lanes` elements; another that moves with the axis is a gather,
         # `lanes` scalar loads (one that does not move is a broadcast: free)
         scores = {a: sum(runs[o] if stride_one(o, a, fit(a)) else -runs[o] * (lanes - 1) if a in o.ranges else 0
-                         for o in offsets) for a in axes if fixed(a) and fit(a) >= min(4, lanes)}
+                         for o in offsets) for a in axes if fixed(a) and fit(a) >= min(4, lanes) and
+                  (a.arg.kind is not AxisKind.REDUCE or renderer.reassociates)}
         scores = {a: s for a, s in scores.items() if s > 0 and (a.arg.kind is AxisKind.REDUCE or
                                                            all(stride_one(o, a, fit(a)) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
+        else: vector = compute_bound(nodes, [a for a in outputs if fit(a) >= min(4, lanes)], offsets, fit)
     if vector is not None: lanes = fit(vector)
     registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
     streamed = [o for o in offsets if vector is not None and stride_one(o, vector, lanes)]
@@ -154,6 +163,30 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
                 add(OptOps.THREAD, a, cores)
                 break
     return opts
+
+
+COMPUTE_PER_LANE = 4  # float operations a vector of lanes must share per access or libm call it takes lane by lane
+
+
+def compute_bound(nodes: list[UOp], candidates: list[UOp], offsets: list[UOp], fit: Callable[[UOp], int]
+                  ) -> UOp | None:
+    """An output axis worth vectors for its arithmetic alone, where no access walks one with stride one: a vmap
+    over points stored point after point (each point's state gathered, its jacobian scattered, hundreds of
+    operations between: the cart-pole step's 4 x 4 jacobian, 380 a point). Its lanes then compute every float
+    operation that moves with it at once; its accesses and its libm calls go lane by lane. The axis whose shared
+    operations are most, if they are at least COMPUTE_PER_LANE times its lane-by-lane work (each counted as often
+    as it runs per output: inside a reduce loop, once per step); None where no axis has that."""
+    def runs(u: UOp) -> int: return prod(most(r) for r in u.ranges if r.arg.kind is AxisKind.REDUCE)
+    def libm(u: UOp) -> bool:  # (float32 exp and log on vector lanes are polynomials: codegen/transcendental.py)
+        return u.op in GroupOp.Transcendental and not (u.op in POLYNOMIALS and u.dtype.scalar is dtypes.float32)
+    best, most_shared = None, 0
+    for a in candidates:
+        moving = [u for u in nodes if a in u.ranges]
+        shared = sum(runs(u) for u in moving if u.op in GroupOp.ALU and u.dtype.is_float and not libm(u))
+        alone = sum(runs(u) for u in moving if libm(u)) + \
+            sum(runs(o) for o in offsets if a in o.ranges and not stride_one(o, a, fit(a)))
+        if shared >= COMPUTE_PER_LANE * alone and shared > most_shared: best, most_shared = a, shared
+    return best
 
 
 def invariant_transcendental(nodes: list[UOp], vector: UOp, reduces: list[UOp]) -> bool:

@@ -20,7 +20,8 @@ from ember.uop.ops import UOp, print_graph
 def lower_optimized(sink: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Renderer) -> list[UOp]:
     sink = approximate_transcendentals(sink, renderer)  # exp/log on vector lanes -> polynomials, not libm
     sink = expand(sink, renderer)  # lanes -> vectors of the renderer's width, or unrolled copies
-    contract = any(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in opts)  # a reordered kernel: sums of products by fma
+    # a reordered kernel: sums of products by fma, where the renderer allows other last bits than the loop's order's
+    contract = renderer.reassociates and any(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in opts)
     sink = lower(sink, contract)  # REDUCE -> accumulator loops; every RANGE closed by an END
     if DEBUG >= 5: print(print_graph(sink))
     return linearize(sink)  # DAG -> ordered list

@@ -161,9 +161,11 @@ def render_optimistic_vector_product(ctx: dict[UOp, str], x: UOp) -> str | None:
 
 class CppRenderer(CRenderer):
     """ember's C kernels as C++17: the same code, with memcpy bit casts, libm calls qualified, no prelude, and
-    tangent products tested only where the kernel's template parameter CHECKED says so."""
+    tangent products tested only where the kernel's template parameter CHECKED says so. Its sums add in loop order
+    and round each product (the interpreter's bits): vector lanes only ever hold separate outputs."""
 
     prelude = ""
+    reassociates = False
     restrict = "__restrict"
     kernel_attribute = "EMBER_KERNEL "  # defined in module.cpp.j2
     matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp),
@@ -171,6 +173,9 @@ class CppRenderer(CRenderer):
         pm_libm_global + pm_render_c
     vector_matcher = PatternMatcher([(UPat(Ops.MUL, arg=TANGENT, name="x"), render_optimistic_vector_product)]) + \
         CRenderer.vector_matcher
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        return self.render_function(name, uops)  # (the vector types are declared once for the module)
 
     def render_task(self, name: str, uops: list[UOp]) -> str:
         return ""  # a threaded kernel's slices are called by ember_parallel (module.cpp.j2), not by a pool's entry
@@ -233,6 +238,7 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
         ref[id(b)] = f"reinterpret_cast<{c_type(b.dtype)}*>(ws + {offset})"
         offset += -(-max(b.nbytes, 1) // 16) * 16
     kernels: list[dict[str, str]] = []
+    vector_uops: list[UOp] = []  # (what the module's vector types are read from)
     by_ast: dict[UOp, tuple[str, int, bool, bool]] = {}  # name, threads, templated, flags the NaNs it stores
 
     def emit(items: list[Any], depth: int, checked: bool) -> list[str]:
@@ -246,6 +252,7 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
             if item.ast not in by_ast:
                 kname = f"{f.name}_k{len(by_ast)}_{kernel_name(item.ast)}"
                 spec = get_program(item.ast, renderer, kname)
+                vector_uops.extend(u for u in spec.uops or () if u.dtype.count > 1)
                 source = spec.src.rstrip()
                 templated = CHECKED in source
                 # its plain instance notes a NaN it stores, where its slices are not threads sharing the flag
@@ -299,7 +306,7 @@ def _function_model(f: NumericalFunction, renderer: CppRenderer) -> dict[str, An
     return {"name": f.name, "signature": f"{f.name}({sig}) -> " + ", ".join(
         f"{b.ctype}{list(b.dims)}" for b in outputs), "inputs": inputs, "outputs": outputs, "sizes": sizes,
         "constants": constants, "kernels": kernels, "body": body, "rerun": rerun if tested else [],
-        "workspace_bytes": offset,
+        "workspace_bytes": offset, "vector_uops": vector_uops,
         "sparse": _sparsity_model(f)}
 
 
@@ -338,18 +345,25 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("ember.export", "templates
                           lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
+VECTOR_BYTES = (0, 16, 32, 64)  # the vector widths generate_module takes: none, SSE2/NEON, AVX2, AVX-512
+
+
 def module_context(name: str, functions: list[NumericalFunction], make_ws: bool = True,
-                   threads: int = 1) -> dict[str, Any]:
+                   threads: int = 1, vector_bytes: int = 0) -> dict[str, Any]:
     """What the templates are rendered from: the module name, one model per function, the prelude. Without
     `make_ws` (the Python extension, which has its own workspace) the module needs no <memory>, whose parsing
     was half of a small function's compile time. With `threads` > 1, a kernel with enough work (a large vmap:
-    codegen/heuristic.THREAD_WORK iterations) runs in that many slices on std::threads."""
+    codegen/heuristic.THREAD_WORK iterations) runs in that many slices on std::threads. With `vector_bytes`, the
+    kernels compute on GCC/Clang vectors of that many bytes where the heuristic finds it pays (each lane one
+    output: the same bits as scalar code)."""
     check_cpp_name(name, "generate_module", global_scope=True)
     if len({f.name for f in functions}) != len(functions):
         raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
     if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= MAX_THREADS:
         raise ValueError(f"generate_module: threads must be an int from 1 to {MAX_THREADS}, got {threads!r}")
-    renderer = CppRenderer(cores=threads)
+    if not isinstance(vector_bytes, int) or isinstance(vector_bytes, bool) or vector_bytes not in VECTOR_BYTES:
+        raise ValueError(f"generate_module: vector_bytes must be one of {VECTOR_BYTES}, got {vector_bytes!r}")
+    renderer = CppRenderer(vector_bytes=vector_bytes, cores=threads)
     models = [_function_model(f, renderer) for f in functions]
     defined = {k["name"] for m in models for k in m["kernels"]} | {c["name"] for m in models for c in m["constants"]}
     if clashes := sorted(defined & {f.name for f in functions}):
@@ -357,13 +371,16 @@ def module_context(name: str, functions: list[NumericalFunction], make_ws: bool 
                          f"rename them")
     return {"module": name, "functions": models, "make_ws": make_ws,
             "threaded": any("ember_parallel(" in line for m in models for line in m["body"]),
+            "vector_prelude": cvector.vector_prelude([u for m in models for u in m["vector_uops"]]),
             "prelude": prelude_for("\n".join([*(k["source"] for m in models for k in m["kernels"]),
                                                *(line for m in models for line in m["body"] + m["rerun"])]))}
 
 
-def render_module(name: str, functions: list[NumericalFunction], threads: int = 1) -> tuple[str, str]:
-    """(header, source) of the C++ module `name` holding `functions` (`threads`: see module_context)."""
-    ctx = module_context(name, functions, threads=threads)
+def render_module(name: str, functions: list[NumericalFunction], threads: int = 1, vector_bytes: int = 0
+                  ) -> tuple[str, str]:
+    """(header, source) of the C++ module `name` holding `functions` (`threads`, `vector_bytes`: see
+    module_context)."""
+    ctx = module_context(name, functions, threads=threads, vector_bytes=vector_bytes)
     return render_templates(ctx)
 
 
@@ -374,12 +391,15 @@ def render_templates(ctx: dict[str, Any]) -> tuple[str, str]:
     return _ENV.get_template("module.hpp.j2").render(ctx), source
 
 
-def generate_module(name: str, functions: list[NumericalFunction], outdir: str, threads: int = 1
-                    ) -> tuple[str, str]:
+def generate_module(name: str, functions: list[NumericalFunction], outdir: str, threads: int = 1,
+                    vector_bytes: int = 0) -> tuple[str, str]:
     """Write `name.hpp` and `name.cpp` into `outdir`; returns their paths. `threads` > 1 splits the kernels with
     enough work (a large vmap) across that many std::threads, as CasADi's map('thread', n) does: the module then
-    needs <thread> (standard C++; link with -pthread where the platform asks for it). 1: no threads, as before."""
-    header, source = render_module(name, functions, threads)
+    needs <thread> (standard C++; link with -pthread where the platform asks for it). 1: no threads, as before.
+    `vector_bytes` (16, 32 or 64: the target's SIMD registers, SSE2/NEON, AVX2, AVX-512) lets kernels compute on
+    vectors of that width where it pays, a vmap's points in lanes: the module then needs GCC or Clang (their
+    vector extensions, on any target they compile for; a narrower target splits each vector). 0: ISO C++ only."""
+    header, source = render_module(name, functions, threads, vector_bytes)
     os.makedirs(outdir, exist_ok=True)
     paths = (os.path.join(outdir, f"{name}.hpp"), os.path.join(outdir, f"{name}.cpp"))
     for path, text in zip(paths, (header, source), strict=True):

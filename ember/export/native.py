@@ -30,7 +30,7 @@ from ember.engine.realize import graph_text
 from ember.errors import CompileError
 from ember.export.cpp import _ENV, module_context, render_templates
 from ember.helpers import CACHELEVEL, MAX_CXX_BYTES, UNROLL, cache_dir, source_hash
-from ember.runtime.ops_cpu import half_flags, native_target, pick_compiler
+from ember.runtime.ops_cpu import half_flags, native_target, pick_compiler, vector_bytes
 from ember.schedule.kernelize import LoopItem
 
 if TYPE_CHECKING:
@@ -97,7 +97,8 @@ def build_native(f: NumericalFunction, where: NativeBuild | None = None) -> Call
     if (where := where or locate_native(f)) is None: return None
     if (call := where.load(f)) is not None: return call
     include = sysconfig.get_paths()["include"]
-    ctx = module_context(f"ember_{f.name}", [f], make_ws=False)
+    # compiled here for this CPU (-march=native): kernels on its vectors where they pay, with the scalar code's bits
+    ctx = module_context(f"ember_{f.name}", [f], make_ws=False, vector_bytes=vector_bytes(native_target(where.cxx)))
     header, source = render_templates(ctx)
     if len(source) > (limit := MAX_CXX_BYTES.value):
         raise CompileError(f"{f.name}: its C++ is {len(source) / 1e6:.1f} MB, over the limit of {limit / 1e6:.1f} MB "

@@ -23,6 +23,11 @@ class Renderer:
     shared_max: int = 0  # bytes of shared memory a workgroup may use
     vector_bytes: int = 0  # the width of the vectors it computes on (0: none; expand.py builds lanes one by one)
     cores: int = 1  # how many slices a THREAD opt may run at once
+    # whether a reduction's terms may be regrouped (partial sums in vector lanes or in several accumulators) and a
+    # sum of products contracted into fused multiply-adds: what an optimized kernel gains from an UNROLL of a reduce
+    # axis and from register tiles. False where the code must give a reference's bits (ember.export: the numpy
+    # interpreter's, which adds in loop order and rounds every product): reduce axes are then never vectorized
+    reassociates: bool = True
     tensor_cores: tuple = ()  # matrix-multiply units kernels may use (none are used yet)
     supported_ops: frozenset[Ops] = frozenset()  # ALU ops it renders; lowering decomposes the others
 
