@@ -11,7 +11,8 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
   vmap over points stored one after another, hundreds of operations a point), that output axis is UPCAST all the
   same: its loads, stores and libm calls go lane by lane, its arithmetic in vectors (compute_bound).
 - A renderer that must not regroup sums (`reassociates`: ember.export, the interpreter's bits) gets no reduce axis
-  in vector lanes: each lane is one output, its sum in loop order.
+  in vector lanes: each lane is one output, its sum in loop order. One whose compiler vectorizes loops itself
+  (`vectorizes_loops`: the exported C++) gets vectors only for arithmetic around libm calls, which it does not.
 - Register tiles: a kernel that reduces and vectorizes an output axis (matmul, convolution) also unrolls a second
   output axis by R and its vector axis by V vectors, R*V accumulators that fit the register file, so each load
   of an operand feeds several fused multiply-adds.
@@ -98,7 +99,10 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         return next((w for w in widths if padded(size, w) <= PAD_SLACK * size and size <= PAD_VECTORS * w), whole)
 
     vector = None
-    if lanes >= 2:
+    if lanes >= 2 and renderer.vectorizes_loops:  # the compiler vectorizes what the scores would pick (and better:
+        # a Rosenbrock hessian's column loop, stored with stride 3, 0.111 -> 0.184 us in ember's lanes), not libm calls
+        vector = compute_bound(nodes, [a for a in outputs if fit(a) >= min(4, lanes)], offsets, fit, calls_only=True)
+    elif lanes >= 2:
         # a stride-one access is one vector load per `lanes` elements; another that moves with the axis is a gather,
         # `lanes` scalar loads (one that does not move is a broadcast: free)
         scores = {a: sum(runs[o] if stride_one(o, a, fit(a)) else -runs[o] * (lanes - 1) if a in o.ranges else 0
@@ -168,14 +172,15 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
 COMPUTE_PER_LANE = 4  # float operations a vector of lanes must share per access or libm call it takes lane by lane
 
 
-def compute_bound(nodes: list[UOp], candidates: list[UOp], offsets: list[UOp], fit: Callable[[UOp], int]
-                  ) -> UOp | None:
+def compute_bound(nodes: list[UOp], candidates: list[UOp], offsets: list[UOp], fit: Callable[[UOp], int],
+                  calls_only: bool = False) -> UOp | None:
     """An output axis worth vectors for its arithmetic alone, where no access walks one with stride one: a vmap
     over points stored point after point (each point's state gathered, its jacobian scattered, hundreds of
     operations between: the cart-pole step's 4 x 4 jacobian, 380 a point). Its lanes then compute every float
     operation that moves with it at once; its accesses and its libm calls go lane by lane. The axis whose shared
     operations are most, if they are at least COMPUTE_PER_LANE times its lane-by-lane work (each counted as often
-    as it runs per output: inside a reduce loop, once per step); None where no axis has that."""
+    as it runs per output: inside a reduce loop, once per step); None where no axis has that. `calls_only`: only an
+    axis some libm call moves with (for a renderer whose compiler vectorizes the others itself)."""
     def runs(u: UOp) -> int: return prod(most(r) for r in u.ranges if r.arg.kind is AxisKind.REDUCE)
     def libm(u: UOp) -> bool:  # (float32 exp and log on vector lanes are polynomials: codegen/transcendental.py)
         return u.op in GroupOp.Transcendental and not (u.op in POLYNOMIALS and u.dtype.scalar is dtypes.float32)
@@ -185,6 +190,7 @@ def compute_bound(nodes: list[UOp], candidates: list[UOp], offsets: list[UOp], f
         shared = sum(runs(u) for u in moving if u.op in GroupOp.ALU and u.dtype.is_float and not libm(u))
         alone = sum(runs(u) for u in moving if libm(u)) + \
             sum(runs(o) for o in offsets if a in o.ranges and not stride_one(o, a, fit(a)))
+        if calls_only and not any(libm(u) for u in moving): continue
         if shared >= COMPUTE_PER_LANE * alone and shared > most_shared: best, most_shared = a, shared
     return best
 

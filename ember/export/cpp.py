@@ -166,6 +166,7 @@ class CppRenderer(CRenderer):
 
     prelude = ""
     reassociates = False
+    vectorizes_loops = True
     restrict = "__restrict"
     kernel_attribute = "EMBER_KERNEL "  # defined in module.cpp.j2
     matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp),

@@ -28,6 +28,10 @@ class Renderer:
     # axis and from register tiles. False where the code must give a reference's bits (ember.export: the numpy
     # interpreter's, which adds in loop order and rounds every product): reduce axes are then never vectorized
     reassociates: bool = True
+    # whether the compiler of its code vectorizes simple loops by itself (the exported C++: g++ or clang at -O2, with
+    # EMBER_KERNEL's cost model): ember's own vectors are then taken only where that compiler's would not come, a
+    # loop that calls libm per element around enough arithmetic (heuristic.compute_bound)
+    vectorizes_loops: bool = False
     tensor_cores: tuple = ()  # matrix-multiply units kernels may use (none are used yet)
     supported_ops: frozenset[Ops] = frozenset()  # ALU ops it renders; lowering decomposes the others
 
