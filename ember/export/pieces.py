@@ -15,8 +15,8 @@ After: the same kernel where every run of more than SPLIT_FROM statements at one
   written where it is defined (or by the kernel, for a value defined before the run); the kernel reads back what the
   code after the run uses. The pieces take the kernel's own parameters, the counters of the loops around the run and
   the carry arrays; in a kernel with tangent products each is a template on CHECKED as the kernel is. A run that
-  names an accumulator array or a type outside CARRIED_TYPES is left whole. (The N = 50 MPC hessian's loop body of
-  6,400 statements: 5.9 -> 3.6 s to compile, 0.80-1.02x the time.)
+  names an accumulator array or a type outside CARRIED_TYPES and the vector types is left whole. (The N = 50 MPC
+  hessian's loop body of 6,400 statements: 5.9 -> 3.6 s to compile, 0.80-1.02x the time.)
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ SPLIT_FROM = 4000  # top-level statements in a row from which a kernel is cut: a
 PIECE_STATEMENTS = 500  # statements per piece (19,000 statements: 31 s in one function, 9.2 s by 1000, 7.4 s by 500)
 CARRIED_TYPES = frozenset({"double", "float", "bool", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
                            "uint16_t", "uint32_t", "uint64_t"})
+VECTOR_TYPE = re.compile(r"^[fiu]\d+x\d+$")  # generate_module's vector_bytes: f64x8, its masks i64x8 (cvector.c_type)
 DECLARATION = re.compile(r"^(?P<pad> +)const (?P<type>\w+) (?P<name>\w+) = (?P<expr>.*);$")
-STORE = re.compile(r"^(?P<pad> +)(?:if \(.*\) )?(?:\*.* =|\w+ \|=) .*;$")  # (a store, or a flag set: cpp.py)
+STORE = re.compile(r"^(?P<pad> +)(?:if \(.*\) )?(?:\*.* = .*|\w+ \|= .*|store_\w+\(.*\));$")  # (a store, a vector's,
+# or a flag set: cpp.py)
 LOOP = re.compile(r"^ *for \((?P<type>\w+) (?P<name>\w+) = .*\) \{$")
 VALUE = re.compile(r"\b(?:t|val|acc)\d+\b")
 ARGS = "\0arguments\0"  # in a call until the carry arrays are known, with the piece's number
@@ -112,7 +114,9 @@ def cut_into_pieces(source: str, name: str, template: str) -> tuple[str, list[Pi
     pieces = []
     for part, code, loops in made_pieces:
         every = ", ".join([*([params] if params else []), *loops, *(f"{t}* __restrict carry_{t}" for t in carries)])
-        pieces.append(Piece(part, f"{prefix}static EMBER_KERNEL EMBER_PIECE void {part}({every}) {{\n" +
+        # a piece reads some of the kernel's parameters only: the others are [[maybe_unused]] (-Wextra -Werror)
+        marked = ", ".join(f"[[maybe_unused]] {p}" for p in every.split(", ")) if every else ""
+        pieces.append(Piece(part, f"{prefix}static EMBER_KERNEL EMBER_PIECE void {part}({marked}) {{\n" +
                             "\n".join(code) + "\n}", every))
     declared = [f"  {t} carry_{t}[{n}];" for t, n in sorted(counts.items())]
     return "\n".join([*lines[:head + 1], *declared, *out, "}"]), pieces
@@ -138,7 +142,8 @@ def long_runs(body: list[str]) -> list[Run]:
 def cuttable(run: list[str]) -> bool:
     """No accumulator arrays (a piece would need the array itself), every declared type one the carries hold."""
     return not any("acc" in v for line in run for v in VALUE.findall(line)) and \
-        all(m["type"] in CARRIED_TYPES for line in run if (m := DECLARATION.match(line)))
+        all(m["type"] in CARRIED_TYPES or VECTOR_TYPE.match(m["type"]) for line in run
+            if (m := DECLARATION.match(line)))
 
 
 def defined(line: str) -> str | None:

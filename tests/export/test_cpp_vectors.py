@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import ember.ad
+import ember.export.pieces as pieces
 from ember import Tensor
 from ember.export import Arg, NumericalFunction, generate_module, render_module
 from tests.export.test_derivative_code import STATES, rk4_step
@@ -153,3 +154,17 @@ def test_a_loop_without_libm_calls_is_left_to_the_compilers_vectorizer():
     assert "f64x" not in source and "for (" in source
     x = np.random.default_rng(1).uniform(0.5, 1.5, 100)
     np.testing.assert_array_equal(f(x), f.interpret(x))
+
+
+@pytest.mark.skipif(not CXX, reason="no C++ compiler")
+@pytest.mark.parametrize("infinite", [False, True], ids=["finite", "an_infinite_state"])
+def test_a_long_vector_kernel_is_cut_into_pieces_with_the_same_bits(infinite, monkeypatch, tmp_path):
+    """A run of vector statements is cut as a scalar one (export/pieces.py): its vectors and masks handed from piece
+    to piece through carry arrays of their types; what the module computes is still the interpreter's."""
+    monkeypatch.setattr(pieces, "SPLIT_FROM", 200)
+    monkeypatch.setattr(pieces, "PIECE_STATEMENTS", 60)
+    f = ember.ad.vmap(ember.ad.jacobian(NumericalFunction("step", step, [Arg(STATES + 1)])), axis_size=POINTS)
+    z = points(infinite)
+    got, source = run_module(f, z, CXX[0], 64, tmp_path)
+    assert "f64x8 carry_f64x8[" in source and "step_jac_vmap_k0_" in source and "_part3<" in source
+    np.testing.assert_array_equal(got, f.interpret(z))
