@@ -99,9 +99,10 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         return next((w for w in widths if padded(size, w) <= PAD_SLACK * size and size <= PAD_VECTORS * w), whole)
 
     vector = None
+    wide = [a for a in outputs if fit(a) >= min(4, lanes)]  # the output axes a vector of 4 lanes or more fits
     if lanes >= 2 and renderer.vectorizes_loops:  # the compiler vectorizes what the scores would pick (and better:
         # a Rosenbrock hessian's column loop, stored with stride 3, 0.111 -> 0.184 us in ember's lanes), not libm calls
-        vector = compute_bound(nodes, [a for a in outputs if fit(a) >= min(4, lanes)], offsets, fit, calls_only=True)
+        vector = compute_bound(nodes, wide, offsets, fit, calls_only=True)
     elif lanes >= 2:
         # a stride-one access is one vector load per `lanes` elements; another that moves with the axis is a gather,
         # `lanes` scalar loads (one that does not move is a broadcast: free)
@@ -111,7 +112,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         scores = {a: s for a, s in scores.items() if s > 0 and (a.arg.kind is AxisKind.REDUCE or
                                                            all(stride_one(o, a, fit(a)) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
-        else: vector = compute_bound(nodes, [a for a in outputs if fit(a) >= min(4, lanes)], offsets, fit)
+        else: vector = compute_bound(nodes, wide, offsets, fit)
     if vector is not None: lanes = fit(vector)
     registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
     streamed = [o for o in offsets if vector is not None and stride_one(o, vector, lanes)]
@@ -187,10 +188,10 @@ def compute_bound(nodes: list[UOp], candidates: list[UOp], offsets: list[UOp], f
     best, most_shared = None, 0
     for a in candidates:
         moving = [u for u in nodes if a in u.ranges]
+        if calls_only and not any(libm(u) for u in moving): continue
         shared = sum(runs(u) for u in moving if u.op in GroupOp.ALU and u.dtype.is_float and not libm(u))
         alone = sum(runs(u) for u in moving if libm(u)) + \
             sum(runs(o) for o in offsets if a in o.ranges and not stride_one(o, a, fit(a)))
-        if calls_only and not any(libm(u) for u in moving): continue
         if shared >= COMPUTE_PER_LANE * alone and shared > most_shared: best, most_shared = a, shared
     return best
 
