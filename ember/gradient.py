@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ember.dtype import dtypes
 from ember.helpers import argsort, prod
+from ember.uop.fold import body_with, fold_parts
 from ember.uop.ops import TANGENT, GroupOp, Ops, ScatterArg, UOp, constant_of
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -142,7 +143,7 @@ def grad_fold(ctx: Tensor, ret: UOp) -> Grads:
     over the steps in reverse order whose carries are the carries' cotangents and the params' gradients summed so
     far, and whose rows are the entering carries, the xs and the cotangent of the step's y: each step pulls them
     back through the body (its vjp) and emits the xs' gradients."""
-    from ember.scan import body_with, fold_parts, join, make_fold, split
+    from ember.scan import join, make_fold, split
     a = ret.arg
     c, y, n = a.carry_size, a.y_size, a.length
     carry0, xs, params = fold_parts(ret)

@@ -27,11 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ember.device import Buffer, Device, buffer_uop
+from ember.device import Device
 from ember.dtype import DType, dtypes
 from ember.errors import DTypeError, ShapeError
 from ember.helpers import getenv, prod
-from ember.tensor import Tensor
+from ember.schedule.folds import placeholder_uop
+from ember.tensor import Tensor, tracing
 from ember.uop.ops import FoldArg, Ops, UOp
 from ember.uop.upat import substitute
 
@@ -44,21 +45,7 @@ Leaves = Tensor | Sequence[Tensor]
 
 def placeholder(shape: tuple[int, ...], dtype: DType) -> Tensor:
     """A Tensor standing for a value the body is traced on: a buffer that no kernel fills."""
-    buf = buffer_uop(Buffer(Device.DEFAULT, prod(shape), dtype))
-    return Tensor._from_uop(UOp(Ops.RESHAPE, dtype, (buf,), shape), Device.DEFAULT)
-
-
-def fold_parts(u: UOp) -> tuple[tuple[UOp, ...], tuple[UOp, ...], tuple[UOp, ...]]:
-    """A FOLD's sources: (initial carries, xs (length, X_i) each, params)."""
-    c, x = len(u.arg.carry), len(u.arg.x)
-    return u.src[:c], u.src[c:c + x], u.src[c + x:]
-
-
-def body_with(a: FoldArg, carry: Sequence[UOp], x: Sequence[UOp], params: Sequence[UOp]) -> list[UOp]:
-    """The body's results (next carries, y) with its placeholders replaced by these values."""
-    mapping = dict(zip(a.carry, carry, strict=True)) | dict(zip(a.x, x, strict=True)) | \
-        dict(zip(a.params, params, strict=True))
-    return list(substitute(UOp(Ops.SINK, dtypes.void, a.out), mapping).src)
+    return Tensor._from_uop(placeholder_uop(shape, dtype), Device.DEFAULT)
 
 
 def offsets(sizes: Sequence[int]) -> list[int]:
@@ -109,7 +96,6 @@ def make_fold(length: int, carry0: Sequence[Tensor], xs: Sequence[Tensor], body:
     dtype = carry0[0].dtype
     carry = [placeholder(c.shape, c.dtype) for c in carry0]
     x = [placeholder(r.shape[1:], r.dtype) for r in xs]
-    from ember.export.function import tracing  # (reading a value computed from a placeholder raises)
     with tracing(carry + x): nxt, y = body(carry, x)
     y = Tensor.zeros(0, dtype=dtype) if y is None else y
     for got, want in zip([*nxt, y], [*carry0, y], strict=True):
@@ -127,44 +113,6 @@ def make_fold(length: int, carry0: Sequence[Tensor], xs: Sequence[Tensor], body:
 def fold_result(res: Tensor, carry: int, length: int, y: int) -> tuple[Tensor, Tensor]:
     """A FOLD's value split into the final carries (carry,) and the ys (length, y)."""
     return res[:carry], res[carry:].reshape(length, y)
-
-
-# ---- one loop where two compute the same carries ---------------------------------------------------------------
-
-_stand_ins: dict[tuple[str, int, tuple[int, ...], DType], UOp] = {}
-
-
-def _stand_in(role: str, i: int, like: UOp) -> UOp:
-    """One placeholder per (role, position, shape, dtype), the same for every FOLD: two bodies traced apart that
-    compute the same from their placeholders become the same graph once these replace them."""
-    key = (role, i, like.shape, like.dtype)
-    if key not in _stand_ins: _stand_ins[key] = placeholder(like.shape, like.dtype).uop
-    return _stand_ins[key]
-
-
-def carry_updates(u: UOp) -> tuple[UOp, ...]:
-    """A FOLD's next carries with its placeholders replaced by stand-ins: equal for two FOLDs whose steps update
-    their carries alike, however apart their bodies were traced."""
-    a = u.arg
-    mapping = {p: _stand_in(role, i, p) for role, ps in (("carry", a.carry), ("x", a.x), ("param", a.params))
-               for i, p in enumerate(ps)}
-    return substitute(UOp(Ops.SINK, dtypes.void, a.out[:-1]), mapping).src
-
-
-def share_folds(sink: UOp) -> UOp:
-    """sink with every FOLD that has no y read from another FOLD over the same sources and length whose carries
-    step alike and that also emits ys: a function returning a rollout and its reverse-mode jacobian runs the steps
-    once, not once for the rollout and again for the replay that records the carries (gradient.py grad_fold)."""
-    folds = [u for u in sink.toposort() if u.op is Ops.FOLD]
-    if len(folds) < 2: return sink
-    emitting = {}
-    for u in folds:
-        if u.arg.y_size: emitting.setdefault((u.arg.length, u.src, carry_updates(u)), u)
-    mapping = {}
-    for u in folds:
-        if u.arg.y_size or (other := emitting.get((u.arg.length, u.src, carry_updates(u)))) is None: continue
-        mapping[u] = UOp(Ops.SHRINK, u.dtype, (other,), ((0, u.arg.carry_size),))
-    return substitute(sink, mapping) if mapping else sink
 
 
 # ---- the front end ---------------------------------------------------------------------------------------------
@@ -264,5 +212,4 @@ def fold(step: Callable[[Any, Any], Any], init: Leaves, xs: Leaves | None = None
     return scan(lambda c, x: (step(c, x), None), init, xs, length, unroll=unroll)[0]
 
 
-__all__ = ["scan", "fold", "make_fold", "share_folds", "carry_updates", "fold_parts", "fold_result", "body_with",
-           "placeholder", "split", "join", "offsets"]
+__all__ = ["scan", "fold", "make_fold", "fold_result", "placeholder", "split", "join", "offsets"]

@@ -13,8 +13,9 @@ it; unlike torch, a view taken before (`t[0]`, `t.reshape(...)`) keeps the old v
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ContextDecorator
 from typing import Any, ClassVar
 
@@ -35,7 +36,7 @@ from ember.mixin.nn import NNMixin
 from ember.mixin.ordering import OrderingMixin
 from ember.mixin.random import RandomMixin
 from ember.mixin.reduce import ReduceMixin
-from ember.schedule.kernelize import computed
+from ember.schedule.kernelize import computed, create_schedule, is_buffer_view
 from ember.uop.ops import Ops, UOp
 from ember.variables import concrete
 
@@ -201,7 +202,6 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
         A leaf is stored in a buffer of its own first: gradients are found by node, and equal constants are one
         node (hash-consing), so `Tensor(2.0)` as a parameter must not be the same node as a constant 2.0."""
-        from ember.schedule.kernelize import is_buffer_view
         if requires_grad and not self.dtype.is_float:
             raise DTypeError(f"requires_grad_: only tensors of floating point dtype can require gradients: got "
                              f"{self.dtype.name}; cast to a float dtype first (as torch)")
@@ -459,7 +459,6 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     def schedule(self, *others: Tensor) -> list:
         """The kernels realizing self and `others` would run, in order, without running them."""
-        from ember.schedule.kernelize import create_schedule
         return create_schedule([t.uop for t in (self, *others)], self.device)[0]
 
     def realize(self, *others: Tensor) -> Tensor:
@@ -496,7 +495,6 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         """self stored in row-major order when realized: self itself when it reads a whole buffer in order already
         (as torch returns self when contiguous; no kernel), else a tensor with a buffer of its own. clone() always
         copies."""
-        from ember.schedule.kernelize import is_buffer_view
         if is_buffer_view(self.uop) and not self._traced(): return self
         return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
@@ -508,7 +506,6 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     def _buffer(self) -> Buffer:
         """The buffer holding self in row-major order (realizing a contiguous copy if needed)."""
-        from ember.schedule.kernelize import is_buffer_view
         u = self.uop if is_buffer_view(self.uop) else \
             (self if self.uop.op is Ops.CONTIGUOUS else self.contiguous())._stored()
         while u.op is Ops.RESHAPE: u = u.src[0]
@@ -516,7 +513,6 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
 
     def values_known(self) -> bool:
         """The values are in a buffer already (reading them runs no kernel) and are not a traced input's."""
-        from ember.schedule.kernelize import is_buffer_view
         return is_buffer_view(self.uop) and not self._traced()
 
     def _traced(self) -> bool:
@@ -603,4 +599,14 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         return axis % n
 
 
-__all__ = ["Tensor", "no_grad"]
+@contextlib.contextmanager
+def tracing(placeholders: Sequence[Tensor]) -> Iterator[None]:
+    """While a function runs on placeholders (a NumericalFunction's inputs, a scan body's carries), reading a value
+    computed from them is an error, not a silent garbage read (Tensor.numpy checks Tensor.traced_inputs)."""
+    mine = {p.uop for p in placeholders} - Tensor.traced_inputs
+    Tensor.traced_inputs |= mine
+    try: yield
+    finally: Tensor.traced_inputs -= mine
+
+
+__all__ = ["Tensor", "no_grad", "tracing"]

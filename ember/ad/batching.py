@@ -20,6 +20,7 @@ from typing import Any
 
 from ember.device import Device
 from ember.dtype import dtypes
+from ember.uop.fold import fold_parts
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -65,7 +66,7 @@ def lift_fold(ctx: Lifting, u: UOp) -> UOp:
     is lifted over the batch, so each step is one evaluation for every element, and what does not depend on the
     batch (a carry no batched value reaches) stays unbatched, computed once. A carry is batched when its start is
     or when its next value is: found by lifting the body until no more carries turn batched."""
-    from ember.scan import fold_parts, join, make_fold, split
+    from ember.scan import join, make_fold, split
     from ember.tensor import Tensor
     a, b = u.arg, ctx.size
     y, n = a.y_size, a.length

@@ -25,8 +25,9 @@ from ember.ad.batching import lift_node
 from ember.device import Device
 from ember.dtype import dtypes
 from ember.gradient import pm_gradient, tangent_op
-from ember.scan import body_with, fold_parts, join, make_fold, split
+from ember.scan import join, make_fold, split
 from ember.tensor import Tensor
+from ember.uop.fold import body_with, fold_parts
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 
 LINEAR = GroupOp.Movement | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.GATHER, Ops.SCATTER_ADD}

@@ -37,9 +37,9 @@ from ember.codegen.periodic import PEEL_LIMIT, PERIOD_LIMIT
 from ember.codegen.stores import SPLIT_LIMIT
 from ember.dtype import dtypes
 from ember.errors import ShapeError
-from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
+from ember.export.function import Arg, NumericalFunction, placeholders_for
 from ember.helpers import prod
-from ember.tensor import Tensor
+from ember.tensor import Tensor, tracing
 from ember.uop.ops import TANGENT, Ops, UOp, constant_of
 
 

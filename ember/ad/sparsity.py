@@ -28,6 +28,7 @@ import numpy as np
 
 from ember.dtype import dtypes
 from ember.export.interpreter import apply_movement
+from ember.uop.fold import fold_parts
 from ember.uop.ops import GroupOp, Ops, UOp
 
 BLOCK_ELEMENTS = 1 << 24  # booleans held per node while propagating
@@ -75,7 +76,6 @@ def _propagate(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp
 
 def _fold(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp]) -> np.ndarray:
     """A FOLD's dependencies: the body's propagated once per step, the carries' patterns carried along."""
-    from ember.scan import fold_parts
     a = u.arg
     c, y = a.carry_size, a.y_size
     carry0, xs, params = fold_parts(u)

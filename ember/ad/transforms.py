@@ -17,10 +17,10 @@ from ember.ad.batching import broadcast_front, lift
 from ember.ad.forward import as_tensor, tangents
 from ember.dtype import dtypes
 from ember.errors import ShapeError
-from ember.export.function import Arg, NumericalFunction, placeholders_for, tracing
+from ember.export.function import Arg, NumericalFunction, placeholders_for
 from ember.helpers import prod
 from ember.scan import offsets
-from ember.tensor import Tensor
+from ember.tensor import Tensor, tracing
 from ember.uop.ops import TANGENT, Ops, UOp
 
 CARRIES = {Ops.MUL, Ops.ADD, Ops.SUB, Ops.NEG}  # marked TANGENT: a vjp's cotangent arithmetic, sparse.structural

@@ -16,11 +16,10 @@ generate_module writes as C++.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import inspect
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,7 @@ from ember.errors import DTypeError, EmberError, ShapeError
 from ember.export.cpp_names import check_cpp_name
 from ember.helpers import INTERPRET, prod
 from ember.schedule.kernelize import ExecItem, LoopItem, create_schedule, view_buffer
-from ember.tensor import Tensor
+from ember.tensor import Tensor, tracing
 from ember.uop.ops import Ops, UOp
 
 INTERPRET_SECONDS = 0.05  # the interpreter's estimated time per call above which a first call waits for the compiler
@@ -371,16 +370,6 @@ def placeholders_for(args: Sequence[Arg]) -> list[Tensor]:
     device = Device.DEFAULT
     return [Tensor._from_uop(UOp(Ops.RESHAPE, a.dtype, (buffer_uop(Buffer(device, prod(a.shape), a.dtype)),),
                                  a.shape), device) for a in args]
-
-
-@contextlib.contextmanager
-def tracing(placeholders: Sequence[Tensor]) -> Iterator[None]:
-    """While `fn` runs on placeholders, reading a value computed from them is an error, not a silent garbage read
-    (Tensor.numpy checks Tensor.traced_inputs)."""
-    mine = {p.uop for p in placeholders} - Tensor.traced_inputs
-    Tensor.traced_inputs |= mine
-    try: yield
-    finally: Tensor.traced_inputs -= mine
 
 
 def _parameter_names(fn: Callable[..., Any], count: int) -> list[str]:

@@ -39,6 +39,8 @@ from ember.codegen.rangeify import STRAIGHT_UNROLL, branching_axes, stride_one_w
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import dtypes
 from ember.helpers import UNROLL, prod
+from ember.schedule.folds import share_folds
+from ember.uop.fold import body_with, fold_parts
 from ember.uop.ops import GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, graph_rewrite_map
 from ember.variables import is_symbolic, max_count
@@ -438,7 +440,6 @@ def view_buffer(view: UOp) -> Buffer:
 
 def loop_item(u: UOp, result: UOp, views: dict[UOp, UOp], device: str) -> LoopItem:
     """The LoopItem of FOLD u storing into `result`: its body scheduled once, reading the params' buffers."""
-    from ember.scan import body_with, fold_parts
     a = u.arg
     carry0, xs, params = fold_parts(u)
     outs = body_with(a, a.carry, a.x, [views.get(p, p) for p in params])
@@ -457,7 +458,6 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | Lo
         sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(outputs)), pm_use_computed, ctx=computed, bottom_up=True)
         outputs = list(sink.src)
     sink = UOp(Ops.SINK, dtypes.void, tuple(outputs))
-    from ember.scan import share_folds
     if (shared := share_folds(sink)) is not sink: outputs, sink = list(shared.src), shared  # (read from a replay)
     moved: dict[UOp, UOp] = {}  # (a rewrite of a graph without such a reduction would only cost time)
     if any(u.op is Ops.REDUCE_AXIS and split_reduce(u) is not None for u in sink.toposort()):
