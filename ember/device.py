@@ -31,8 +31,9 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -368,12 +369,24 @@ def scratch_dir() -> str:
 # ---- the device registry -----------------------------------------------------------------------------------------
 
 
-class Compiled:
-    """A device: allocator, renderer, compiler and the program class that runs compiled bytes."""
+class Program(Protocol):
+    """What a device's `program(spec, lib, cached)` returns: the compiled kernel, loaded, called with its buffers
+    (Buffers, or host arrays on the CPU) and the integer values of its variables. With `wait` it returns the seconds
+    the run took, once the device finished it. `cached=False` (a BEAM candidate) keeps nothing on disk."""
 
-    def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program: type) -> None:
+    def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
+
+
+class Compiled:
+    """A device: allocator, renderer, compiler and the program factory that loads compiled bytes."""
+
+    def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler,
+                 program: Callable[..., Program], graph: Callable[..., Any] | None = None) -> None:
         self.name, self.allocator, self.renderer = name, allocator, renderer
         self.compiler, self.program = compiler, program
+        # runs a jit's recorded kernels as one call, from [(program, buffers, variable values)] (runtime/graph.py's
+        # NativeGraph on the CPU); None where the device runs them one by one
+        self.graph = graph
 
     def synchronize(self) -> None:
         """Wait until all work queued on the device is done (the CPU runs synchronously)."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 from ember.codegen.heuristic import hand_coded_opts
 from ember.codegen.opt import Opt, apply_opts
 from ember.codegen.periodic import split_periodic
-from ember.codegen.pipeline import lower_optimized
+from ember.codegen.pipeline import lower_optimized, program_spec
 from ember.codegen.rangeify import rangeify
 from ember.codegen.search import beam_search
 from ember.codegen.segments import split_segments
 from ember.helpers import BEAM, NOOPT
 from ember.renderer import ProgramSpec, Renderer
-from ember.uop.ops import GroupOp, Ops, UOp
+from ember.uop.ops import Ops, UOp
 
 
 def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: list[Opt] | None = None) -> ProgramSpec:
@@ -24,17 +24,9 @@ def get_program(ast: UOp, renderer: Renderer, name: str | None = None, opts: lis
     if opts is None and BEAM and not NOOPT: opts = beam_search(sink, renderer, name or kernel_name(ast), BEAM.value)
     if opts is None: opts = [] if NOOPT else hand_coded_opts(sink, renderer)
     name = name or kernel_name(ast)
-    sink = apply_opts(sink, opts, name)  # loops split into lanes and slices per core
+    sink = apply_opts(sink, opts, name, renderer)  # loops split into lanes and slices per core
     uops = lower_optimized(sink, opts, renderer)  # transcendentals -> expand -> lower -> linearize (pipeline.py)
-    src = renderer.render(name, uops)
-    flops, mem = estimate_work(uops)
-    outputs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and
-                            u.src[0].src[0].op is Ops.DEFINE_GLOBAL}))
-    globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
-    threads = next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)
-    variables = tuple(sorted(u.arg.name for u in uops if u.op is Ops.DEFINE_VAR))
-    return ProgramSpec(name, src, renderer.device, ast, uops, len(globals_), outputs, flops, mem, tuple(opts), threads,
-                       variables)
+    return program_spec(ast, name, uops, renderer, opts)
 
 
 def kernel_name(ast: UOp) -> str:
@@ -45,20 +37,3 @@ def kernel_name(ast: UOp) -> str:
               if store.op is Ops.STORE]  # (a symbolic size by its variable's name)
     if len(shapes) == 1: return "_".join([kind, *shapes[0]])
     return kind + "_" + "__".join("_".join(shape) or "1" for shape in shapes)
-
-
-def estimate_work(uops: list[UOp]) -> tuple[int, int]:
-    """(ALU ops, bytes loaded and stored) the kernel executes, counting each loop's trip count."""
-    flops = mem = 0
-    trips = [next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)]  # every core runs the kernel
-    for u in uops:
-        if u.op is Ops.RANGE: trips.append(trips[-1] * int(u.src[0].vmax))  # (a symbolic loop: at its most)
-        elif u.op is Ops.END: trips.pop()
-        elif u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: flops += trips[-1] * u.dtype.count
-        elif u.op in (Ops.LOAD, Ops.STORE):
-            ptr, value = u.src[0], (u if u.op is Ops.LOAD else u.src[1])
-            lanes = value.dtype.count if u.op is Ops.STORE or len(u.src) == 1 else \
-                sum(g.op is not Ops.CONST or bool(g.arg) for g in u.src[1:])  # a partial load reads its lanes
-            if ptr.src[0].op is Ops.DEFINE_GLOBAL: mem += trips[-1] * ptr.dtype.base.itemsize * lanes
-    return flops, mem
-

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from ember.codegen.opt import MAX_THREADS, Opt, OptOps, apply_opt, kernel_axes, range_size
+from ember.codegen.opt import Opt, OptOps, apply_opt, kernel_axes, range_size
 from ember.codegen.transcendental import POLYNOMIALS
 from ember.dtype import dtypes
 from ember.helpers import prod
@@ -40,7 +40,6 @@ from ember.uop.upat import graph_rewrite, substitute
 THREAD_WORK = 1 << 16  # iterations of the innermost body (lanes counted) below which a kernel stays on one core
 PAD_SLACK = 4 / 3  # an output axis no four lanes divide (a 14-wide row) gets full vectors if this few lanes idle
 PAD_VECTORS = 4  # and if it is at most this many vectors long: upcast whole, in one step
-VECTOR_REGISTERS = {64: 32, 32: 16, 16: 16}  # by vector width in bytes: x86's zmm, ymm and xmm register files
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -89,7 +88,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         """Apply op to the axis `rng` names now (its loop keeps its id through splits)."""
         nonlocal sink
         opts.append(Opt(op, position(rng), amount))  # type: ignore[arg-type]
-        sink = apply_opt(sink, opts[-1])
+        sink = apply_opt(sink, opts[-1], renderer=renderer)
 
     def fit(a: UOp) -> int:  # lanes for axis a: a power of two dividing its size, at most a full vector; over an
         size = range_size(a)  # output axis that no four lanes divide, a full vector (or half of one of 16 lanes: a
@@ -114,7 +113,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
         else: vector = compute_bound(nodes, wide, offsets, fit)
     if vector is not None: lanes = fit(vector)
-    registers = VECTOR_REGISTERS.get(renderer.vector_bytes, 16)
+    registers = renderer.vector_registers
     streamed = [o for o in offsets if vector is not None and stride_one(o, vector, lanes)]
     if vector is not None and vector.arg.kind is AxisKind.REDUCE and (pair := dot_tile(outputs + batch, streamed)):
         # dot products (x @ w.T: both operands stride one along the sum): an r x c tile of vector accumulators,
@@ -149,7 +148,7 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         # while the rows stream past it (GEMM 2048: 91 -> 162 GFLOP/s; at 512 and 1024 +3%)
         if (p := position(vector)) is not None and (q := position(rows)) is not None and p > q:
             opts.append(Opt(OptOps.SWAP, q, p))
-            sink = apply_opt(sink, opts[-1])
+            sink = apply_opt(sink, opts[-1], renderer=renderer)
     elif vector is not None:
         add(OptOps.UPCAST, vector, lanes if range_size(vector) % lanes == 0 else padded(range_size(vector), lanes))
     if vector is None or vector.arg.kind is not AxisKind.REDUCE:
@@ -160,8 +159,8 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         beside = [vector] if vector is not None else outputs
         for a in gated_beside(nodes, beside, reduces): add(OptOps.UNROLL, a, range_size(a))
     work = prod(most(a) for a in axes)
-    # no more slices than the pool runs ($EMBER_THREADS=2048, or a bigger host, on a renderer made by hand)
-    cores = min(renderer.cores, MAX_THREADS)
+    # no more slices than the device runs ($EMBER_THREADS=2048, or a bigger host, on a renderer made by hand)
+    cores = min(renderer.cores, renderer.max_threads)
     if cores > 1 and work >= THREAD_WORK:
         for a in kernel_axes(sink):
             if a.arg.kind is not AxisKind.REDUCE and fixed(a) and range_size(a) % cores == 0:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, RangeArg, UOp
 from ember.uop.symbolic import symbolic
 from ember.uop.upat import graph_rewrite, substitute
@@ -57,7 +58,6 @@ class KernelOptError(ValueError):
 
 
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
-MAX_THREADS = 1024  # the CPU thread pool's limit
 
 
 def kernel_axes(sink: UOp) -> list[UOp]:
@@ -70,8 +70,9 @@ def range_size(rng: UOp) -> int:
     return int(rng.src[0].arg)
 
 
-def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
-    """`sink` with `opt` applied; KernelOptError (naming the kernel, the opt and why) where it does not apply."""
+def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | None = None) -> UOp:
+    """`sink` with `opt` applied; KernelOptError (naming the kernel, the opt and why) where it does not apply, on
+    any device or on `renderer`'s (None: no device's limits are checked, as a test of the opt alone)."""
     axes = kernel_axes(sink)
     if not 0 <= opt.axis < len(axes): raise KernelOptError(f"{name}: {opt}: no axis {opt.axis} ({len(axes)} axes)")
     rng = axes[opt.axis]
@@ -95,7 +96,8 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel") -> UOp:
     dtype = rng.dtype
     if opt.op is OptOps.THREAD:
         if any(u.op is Ops.SPECIAL for u in sink.toposort()): raise KernelOptError(f"{name}: {opt}: threaded twice")
-        if amount > MAX_THREADS: raise KernelOptError(f"{name}: {opt}: more than {MAX_THREADS} threads")
+        if renderer is not None and amount > renderer.max_threads:
+            raise KernelOptError(f"{name}: {opt}: more than {renderer.max_threads} threads ({renderer.device})")
         core = UOp(Ops.SPECIAL, dtype, (UOp.const(dtype, amount),), "core")
         inner = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) if size > amount else None
         new = core * (size // amount) + inner if inner is not None else core
@@ -167,6 +169,7 @@ def swap(sink: UOp, rng: UOp, axes: list[UOp], opt: Opt, name: str) -> UOp:
     return substitute(sink, {parked: rng.replace(arg=other.arg)})
 
 
-def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], name: str = "kernel") -> UOp:
-    for opt in opts: sink = apply_opt(sink, opt, name)
+def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], name: str = "kernel", renderer: Renderer | None = None
+               ) -> UOp:
+    for opt in opts: sink = apply_opt(sink, opt, name, renderer)
     return sink

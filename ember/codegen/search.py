@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 
 from ember.codegen.heuristic import hand_coded_opts
-from ember.codegen.opt import MAX_THREADS, KernelOptError, Opt, OptOps, apply_opt, apply_opts, kernel_axes, range_size
-from ember.codegen.pipeline import lower_optimized
-from ember.device import Buffer, Compiled, Device, cache_write, discard_damaged, read_cached, scratch_dir
+from ember.codegen.opt import KernelOptError, Opt, OptOps, apply_opt, apply_opts, kernel_axes, range_size
+from ember.codegen.pipeline import lower_optimized, program_spec
+from ember.device import Buffer, Compiled, Device, cache_write, discard_damaged, read_cached
 from ember.errors import CompileError
 from ember.helpers import CACHELEVEL, DEBUG, cache_dir
-from ember.renderer import Renderer
+from ember.renderer import ProgramSpec, Renderer
 from ember.uop.ops import AxisKind, Ops, UOp
 from ember.uop.text import graph_text, value_text
 
@@ -96,7 +96,7 @@ def beam_search(sink: UOp, renderer: Renderer, name: str, amount: int) -> list[O
     if not CACHELEVEL or (key := winner_key(sink, renderer, device, amount)) is None:
         return search(sink, renderer, device, name, max(1, amount))
     path = os.path.join(cache_dir(), "beam", key[:2], key + ".json")
-    if (opts := read_winner(path, key)) is not None and applies(sink, opts, name): return opts
+    if (opts := read_winner(path, key)) is not None and applies(sink, opts, name, renderer): return opts
     opts = search(sink, renderer, device, name, max(1, amount))
     cache_write(path, winner_to_json(key, opts))
     return opts
@@ -109,7 +109,8 @@ def search(sink: UOp, renderer: Renderer, device: Compiled, name: str, amount: i
     SearchCounters.searches += 1
     bench, lanes = Bench(sink, renderer, device, name), min(MAX_LANES, MAX_UNROLLED_NODES // len(list(sink.toposort())))
     heuristic = tuple(hand_coded_opts(sink, renderer))
-    start = [Candidate((), sink)] + ([Candidate(heuristic, apply_opts(sink, heuristic, name))] if heuristic else [])
+    start = [Candidate((), sink)]
+    if heuristic: start.append(Candidate(heuristic, apply_opts(sink, heuristic, name, renderer)))
     starts = bench.measure(start, "start", math.inf)
     tuned = [t for t in starts if t.candidate.opts == heuristic and heuristic]  # the heuristic's kernel, one opt on
     if tuned: tuned = bench.measure(extend(tuned[0].candidate, renderer, name, lanes), "heuristic+1", tuned[0].seconds)
@@ -134,7 +135,7 @@ def extend(parent: Candidate, renderer: Renderer, name: str, max_lanes: int) -> 
     for opt in actions(parent.sink, renderer):
         if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and lanes * opt.amount > max_lanes: continue
         try:
-            out.append(Candidate((*parent.opts, opt), apply_opt(parent.sink, opt, name)))
+            out.append(Candidate((*parent.opts, opt), apply_opt(parent.sink, opt, name, renderer)))
         except KernelOptError:  # threaded twice, too many threads: apply_opt knows what is legal
             continue
     return out
@@ -142,9 +143,9 @@ def extend(parent: Candidate, renderer: Renderer, name: str, max_lanes: int) -> 
 
 def actions(sink: UOp, renderer: Renderer) -> list[Opt]:
     """The opts worth trying next on `sink`: UPCAST (output axes) or UNROLL (reduce axes) by each of LANE_AMOUNTS
-    and the whole size up to 32 that divide the axis; THREAD of an output axis by the core count (at most the pool's
-    MAX_THREADS), or where that does not divide it, by its largest divisor below; SWAP of each two output axes. Some
-    may still be illegal."""
+    and the whole size up to 32 that divide the axis; THREAD of an output axis by the core count (at most the
+    renderer's max_threads), or where that does not divide it, by its largest divisor below; SWAP of each two output
+    axes. Some may still be illegal."""
     axes = kernel_axes(sink)
     outputs = [i for i, a in enumerate(axes) if a.arg.kind is not AxisKind.REDUCE]
     opts: list[Opt] = []
@@ -154,15 +155,15 @@ def actions(sink: UOp, renderer: Renderer) -> list[Opt]:
         amounts = sorted({n for n in LANE_AMOUNTS if size % n == 0} | whole)
         opts += [Opt(OptOps.UPCAST if i in outputs else OptOps.UNROLL, i, n) for n in amounts]
         if i in outputs and renderer.cores > 1:
-            threads = max((n for n in range(2, min(renderer.cores, MAX_THREADS) + 1) if size % n == 0), default=None)
+            most = min(renderer.cores, renderer.max_threads)
+            threads = max((n for n in range(2, most + 1) if size % n == 0), default=None)
             if threads is not None: opts.append(Opt(OptOps.THREAD, i, threads))
     return opts + [Opt(OptOps.SWAP, i, j) for i in outputs for j in outputs if i < j]
 
 
-def render(sink: UOp, opts: tuple[Opt, ...], renderer: Renderer, name: str) -> tuple[str, int]:
-    """The source and thread count of `sink`, whose `opts` are applied, as get_program renders it."""
-    uops = lower_optimized(sink, opts, renderer)
-    return renderer.render(name, uops), next((int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL), 1)
+def render(sink: UOp, opts: tuple[Opt, ...], renderer: Renderer, name: str) -> ProgramSpec:
+    """The program of `sink`, whose `opts` are applied, as get_program renders it."""
+    return program_spec(sink, name, lower_optimized(sink, opts, renderer), renderer, opts)
 
 
 # ---- timing --------------------------------------------------------------------------------------------------------
@@ -195,21 +196,18 @@ class Bench:
                 self.progress(f"{label}: rendering {i + 1}/{len(fresh)}")
                 self.timed[c.sink] = None
                 try:
-                    src, threads = render(c.sink, c.opts, self.renderer, self.name)
+                    spec = render(c.sink, c.opts, self.renderer, self.name)
                 except NotImplementedError:  # a vector op the renderer lacks: not a kernel this device runs
                     continue
-                jobs.append((c, threads, pool.submit(self.device.compiler.compile, src)))
-            for i, (c, threads, job) in enumerate(jobs):
+                jobs.append((c, spec, pool.submit(self.device.compiler.compile, spec.src)))
+            for i, (c, spec, job) in enumerate(jobs):
                 self.progress(f"{label}: compiling {i + 1}/{len(jobs)}")
                 try:
                     lib = job.result()
                 except CompileError:
                     continue
-                # the program's shared object goes to a private scratch folder: the cache keeps only the winner
-                program = self.device.program(self.name, lib, threads=threads, cached=False)
-                if (path := getattr(program, "path", "")).startswith(scratch_dir() + os.sep):
-                    os.unlink(path)  # loaded, it needs no file (a search loads dozens; the folder lives until exit)
-                programs.append((c, program))
+                # not kept in the cache (which keeps only the winner), nor on disk once loaded
+                programs.append((c, self.device.program(spec, lib, cached=False)))
         for i, (c, program) in enumerate(programs):
             self.progress(f"{label}: timing {i + 1}/{len(programs)}")
             if (seconds := self.time(program, DROP_SLOWER * parent)) is not None:
@@ -322,10 +320,10 @@ def read_winner(path: str, key: str) -> list[Opt] | None:
     return None
 
 
-def applies(sink: UOp, opts: list[Opt], name: str) -> bool:
-    """Whether `opts` still apply to `sink` (a list cached by an older ember may not)."""
+def applies(sink: UOp, opts: list[Opt], name: str, renderer: Renderer) -> bool:
+    """Whether `opts` still apply to `sink` on `renderer` (a list cached by an older ember may not)."""
     try:
-        apply_opts(sink, opts, name)
+        apply_opts(sink, opts, name, renderer)
     except KernelOptError:
         return False
     return True

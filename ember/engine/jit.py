@@ -292,11 +292,10 @@ def escaped(temps: dict[int, Buffer]) -> set[Buffer]:
 
 
 class Replay:
-    """A recording made runnable: intermediates in one arena, the kernels in one NativeGraph (or, off the CPU, a list
-    of runners), input, output and state buffers swapped in per call."""
+    """A recording made runnable: intermediates in one arena, the kernels in one graph of the device's (the CPU's
+    NativeGraph), or where it has none a list of runners, input, output and state buffers swapped in per call."""
 
     def __init__(self, rec: Recording, name: str = "the function") -> None:
-        from ember.runtime.graph import NativeGraph
         self.rec = rec
         self.name = name
         kernels = rec.recorder.kernels
@@ -311,11 +310,12 @@ class Replay:
         items: list = [ExecItem(runner.spec.ast, bufs, outs) for runner, bufs, outs in kernels]
         self.plan: MemoryPlan | None = plan_memory(items, keep).apply() if len(kernels) > 1 else None
         if DEBUG >= 2 and self.plan is not None: print(f"jit: {len(kernels)} kernels; {self.plan.describe()}")
-        on_cpu = all(bufs[0].device == "CPU" for _, bufs, _ in kernels)
+        devices = {bufs[0].device for _, bufs, _ in kernels}
+        graph = Device[devices.pop()].graph if len(devices) == 1 else None
         values = rec.recorder.values
         self.vals = [tuple(values[v] for v in runner.spec.variables) for runner, _, _ in kernels]
-        self.graph = NativeGraph([(runner.program, bufs, vals) for (runner, bufs, _), vals in
-                                  zip(kernels, self.vals, strict=True)]) if on_cpu else None
+        self.graph = graph([(runner.program, bufs, vals) for (runner, bufs, _), vals in
+                            zip(kernels, self.vals, strict=True)]) if graph is not None else None
         # where each symbolic size's value goes: (kernel, its variable's slot after the buffers, variable name)
         self.variables = [(k, len(bufs) + i, name) for k, (runner, bufs, _) in enumerate(kernels)
                           for i, name in enumerate(runner.spec.variables)]

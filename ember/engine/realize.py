@@ -113,14 +113,13 @@ def prepare_runners(kernels: list[tuple[str, UOp]]) -> None:
     with ThreadPoolExecutor(min(len(new), os.cpu_count() or 1)) as pool: libs = list(pool.map(compile_one,
                                                                                             range(len(new))))
     for (device, ast), spec, lib in zip(new, specs, libs, strict=True):
-        _runners[(device, ast, flags)] = CompiledRunner(spec, Device[device].program(spec.name, lib,
-                                                                                     threads=spec.threads))
+        _runners[(device, ast, flags)] = CompiledRunner(spec, Device[device].program(spec, lib))
     while len(_runners) > RUNNER_CACHE_SIZE: del _runners[next(iter(_runners))]
 
 
 # ---- the program cache -------------------------------------------------------------------------------------------
 
-PROGRAM_FORMAT = "ember program 4"  # bump when the entry's fields change
+PROGRAM_FORMAT = "ember program 5"  # bump when the entry's fields change
 # flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
 NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB",
                                "EMBER_MAX_CXX_BYTES"})
@@ -159,7 +158,9 @@ def spec_to_json(spec: ProgramSpec, key: str) -> bytes:
     """What get_runner and run_schedule read of a spec, as the cache entry under `key`. Its checksum covers the key
     and every field, so that a damaged entry, or another kernel's entry copied over this one, is found."""
     fields = {"name": spec.name, "src": spec.src, "device": spec.device, "buffer_count": spec.buffer_count,
-              "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes, "threads": spec.threads,
+              "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes,
+              "global_size": list(spec.global_size),
+              "local_size": None if spec.local_size is None else list(spec.local_size),
               "opts": [str(o) for o in spec.opts], "variables": list(spec.variables)}
     return json.dumps({**fields, "sha256": entry_checksum(key, fields)}).encode()
 
@@ -174,12 +175,14 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
         d = json.loads(data)
         if entry_checksum(key, {k: v for k, v in d.items() if k != "sha256"}) != d["sha256"]: return None
         src, outputs = d["src"], tuple(d["outputs"])
-        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], d["threads"], *outputs)
+        global_size, local_size = tuple(d["global_size"]), d["local_size"]
+        local_size = None if local_size is None else tuple(local_size)
+        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], *outputs, *global_size, *(local_size or ()))
         if not (isinstance(src, str) and isinstance(d["name"], str) and isinstance(d["device"], str) and
                 all(type(n) is int for n in counts) and all(isinstance(o, str) for o in d["opts"] + d["variables"])):
             return None
         return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
-                           d["mem_bytes"], tuple(Opt.parse(o) for o in d["opts"]), d["threads"],
+                           d["mem_bytes"], tuple(Opt.parse(o) for o in d["opts"]), global_size, local_size,
                            tuple(d["variables"]))
     except (ValueError, KeyError, TypeError, AttributeError, StopIteration):  # JSONDecodeError, UnicodeDecodeError too
         return None

@@ -20,7 +20,6 @@ import jinja2
 import numpy as np
 
 from ember.codegen import get_program, kernel_name
-from ember.codegen.opt import MAX_THREADS
 from ember.device import Buffer
 from ember.dtype import DType, dtypes
 from ember.export.cpp_names import check_cpp_name, cpp_arg_names
@@ -29,13 +28,9 @@ from ember.export.optimistic import kernel_reaches, reached_outputs
 from ember.export.pieces import cut_into_pieces
 from ember.renderer import cvector
 from ember.renderer.cstyle import (
-    _LIBM,
-    FLOATS,
     CRenderer,
-    _libm,
-    _src,
+    RenderContext,
     c_type,
-    pm_render_c,
     render_tangent_product,
     tangent_product_functions,
 )
@@ -129,32 +124,8 @@ def prelude_for(kernels: str) -> str:
     return "\n".join(code for name, (code, _) in CPP_HELPERS.items() if name in used)
 
 
-def render_bitcast_cpp(ctx: dict[UOp, str], x: UOp) -> str:
-    a = ctx[x.src[0]]
-    if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(static_cast<std::uint16_t>({a}))"
-    if x.src[0].dtype.scalar is dtypes.bfloat16: return f"static_cast<{c_type(x.dtype)}>(bf16_bits({a}))"
-    return f"bit_cast<{c_type(x.dtype)}>({a})"
-
-
-_LIBM_CALLS = {**_LIBM, Ops.POW: "pow", Ops.ATAN2: "atan2"}
-
-# libm calls name the global function (<math.h>): a function or module named `sin` is a C++ namespace, and inside
-# it an unqualified sin(x) would find that namespace instead
-pm_libm_global = PatternMatcher([
-    (UPat(Ops.MOD, dtype=FLOATS, name="x"), lambda ctx, x: _libm("::fmod", x.dtype, *_src(ctx, x))),
-    (UPat(tuple(_LIBM_CALLS), name="x"), lambda ctx, x: _libm(f"::{_LIBM_CALLS[x.op]}", x.dtype, *_src(ctx, x))),
-    (UPat(Ops.MULACC, name="x", dtype=FLOATS), lambda ctx, x: _libm("::fma", x.dtype, *_src(ctx, x))),
-])
-
-
-def render_optimistic_product(ctx: dict[UOp, str], x: UOp) -> str:
-    """A tangent product tested for its NaN only in the kernel's checked instance (export/optimistic.py)."""
-    a, b = _src(ctx, x)
-    plain, tested = f"({a}*{b})", render_tangent_product(x, a, b)
-    return plain if tested == plain else f"({CHECKED}?{tested}:{plain})"
-
-
-def render_optimistic_vector_product(ctx: dict[UOp, str], x: UOp) -> str | None:
+def render_optimistic_vector_product(ctx: RenderContext, x: UOp) -> str | None:
+    """A vector's tangent product tested for its NaN only in the kernel's checked instance (export/optimistic.py)."""
     if (tested := cvector.render_tangent_product(ctx, x)) is None: return None
     return f"({CHECKED}?{tested}:({ctx[x.src[0]]}*{ctx[x.src[1]]}))"
 
@@ -168,12 +139,24 @@ class CppRenderer(CRenderer):
     reassociates = False
     vectorizes_loops = True
     restrict = "__restrict"
-    kernel_attribute = "EMBER_KERNEL "  # defined in module.cpp.j2
-    matcher = PatternMatcher([(UPat(Ops.BITCAST, name="x"), render_bitcast_cpp),
-                              (UPat(Ops.MUL, arg=TANGENT, dtype=FLOATS, name="x"), render_optimistic_product)]) + \
-        pm_libm_global + pm_render_c
+    kernel_prefix = "EMBER_KERNEL "  # defined in module.cpp.j2
     vector_matcher = PatternMatcher([(UPat(Ops.MUL, arg=TANGENT, name="x"), render_optimistic_vector_product)]) + \
         CRenderer.vector_matcher
+
+    def libm(self, name: str, dtype: DType, *args: str) -> str:
+        """The global function (<math.h>): a function or module named `sin` is a C++ namespace, and inside it an
+        unqualified sin(x) would find that namespace instead."""
+        return super().libm(f"::{name}", dtype, *args)
+
+    def bitcast(self, x: UOp, a: str) -> str:
+        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(static_cast<std::uint16_t>({a}))"
+        if x.src[0].dtype.scalar is dtypes.bfloat16: return f"static_cast<{c_type(x.dtype)}>(bf16_bits({a}))"
+        return f"bit_cast<{c_type(x.dtype)}>({a})"
+
+    def tangent_product(self, ctx: RenderContext, x: UOp) -> str:
+        """Tested for its NaN only in the kernel's checked instance (export/optimistic.py)."""
+        plain, tested = f"({ctx[x.src[0]]}*{ctx[x.src[1]]})", render_tangent_product(ctx, x)
+        return plain if tested == plain else f"({CHECKED}?{tested}:{plain})"
 
     def render(self, name: str, uops: list[UOp]) -> str:
         return self.render_function(name, uops)  # (the vector types are declared once for the module)
@@ -360,8 +343,9 @@ def module_context(name: str, functions: list[NumericalFunction], make_ws: bool 
     check_cpp_name(name, "generate_module", global_scope=True)
     if len({f.name for f in functions}) != len(functions):
         raise ValueError(f"generate_module: function names must be distinct, got {[f.name for f in functions]}")
-    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= MAX_THREADS:
-        raise ValueError(f"generate_module: threads must be an int from 1 to {MAX_THREADS}, got {threads!r}")
+    most = CppRenderer.max_threads
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= most:
+        raise ValueError(f"generate_module: threads must be an int from 1 to {most}, got {threads!r}")
     if not isinstance(vector_bytes, int) or isinstance(vector_bytes, bool) or vector_bytes not in VECTOR_BYTES:
         raise ValueError(f"generate_module: vector_bytes must be one of {VECTOR_BYTES}, got {vector_bytes!r}")
     renderer = CppRenderer(vector_bytes=vector_bytes, cores=threads)

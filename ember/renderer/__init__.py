@@ -1,28 +1,43 @@
 """The Renderer base class (what a device can do, and how to print code for it) and ProgramSpec (what comes out).
 
-Lowering reads the capability flags to decide what to emit: an op missing from `supported_ops` is decomposed into
-ops the renderer has, so the same kernel AST renders for every device.
+Every field of Renderer is read by a codegen stage; a new target is a subclass that sets them and prints code:
+- `has_local`, `global_max`, `local_max`: codegen/gpudims.py maps output loops onto the launch grid (workgroups of
+  `local_max` threads at most, a grid of `global_max` at most); without `has_local` the loops stay loops.
+- `has_shared`, `shared_max`: which opts may stage values in workgroup memory (none do yet: checked by gpudims).
+- `cores`, `max_threads`: how many slices a THREAD opt may run at once, and may make at most (the CPU's pool).
+- `vector_registers`: how many vectors a register tile may hold (heuristic).
+- `vector_bytes`, `renders_vector`: the width expand.py builds vectors of, and which vector nodes it may keep.
+- `reassociates`: whether a reduction's terms may be regrouped and products contracted into FMAs (heuristic,
+  pipeline).
+- `vectorizes_loops`: the compiler vectorizes plain loops itself (heuristic).
+- `supported_ops`: the ALU ops it prints; codegen/decompose.py rewrites the others into ops it has.
+- `storage_only`: dtypes it loads and stores but has no arithmetic for (half on an OpenCL device without
+  cl_khr_fp16): codegen/decompose.py computes them in float32, and an op it cannot express raises a DTypeError.
+- `unsupported`: dtypes it has no memory for at all; kernels that touch one raise a DTypeError naming the device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ember.dtype import DType, dtypes
 from ember.uop.ops import Ops, UOp
 
 
 class Renderer:
-    """Base of all renderers. Subclasses set the flags and implement `render`."""
+    """Base of all renderers. Subclasses set the fields and implement `render`."""
 
     device: str = ""
     has_local: bool = False  # workgroup-local thread ids exist
     has_shared: bool = False  # memory shared inside a workgroup exists
-    has_threads: bool = False  # the outer loops may run in parallel
-    global_max: tuple[int, ...] | None = None
-    local_max: tuple[int, ...] | None = None
+    global_max: tuple[int, ...] = ()  # the most workgroups per grid dimension (has_local)
+    local_max: tuple[int, ...] = ()  # the most threads of a workgroup per dimension (has_local)
+    local_threads: int = 0  # the most threads of one workgroup in all (has_local)
     shared_max: int = 0  # bytes of shared memory a workgroup may use
     vector_bytes: int = 0  # the width of the vectors it computes on (0: none; expand.py builds lanes one by one)
     cores: int = 1  # how many slices a THREAD opt may run at once
+    max_threads: int = 1  # the most slices a THREAD opt may make (the CPU thread pool's limit)
+    vector_registers: int = 16  # how many vectors its register file holds (the heuristic's register tiles)
     # whether a reduction's terms may be regrouped (partial sums in vector lanes or in several accumulators) and a
     # sum of products contracted into fused multiply-adds: what an optimized kernel gains from an UNROLL of a reduce
     # axis and from register tiles. False where the code must give a reference's bits (ember.export: the numpy
@@ -32,8 +47,9 @@ class Renderer:
     # EMBER_KERNEL's cost model): ember's own vectors are then taken only where that compiler's would not come, a
     # loop that calls libm per element around enough arithmetic (heuristic.compute_bound)
     vectorizes_loops: bool = False
-    tensor_cores: tuple = ()  # matrix-multiply units kernels may use (none are used yet)
-    supported_ops: frozenset[Ops] = frozenset()  # ALU ops it renders; lowering decomposes the others
+    supported_ops: frozenset[Ops] = frozenset(Ops)  # ops it renders; codegen/decompose.py rewrites the others
+    storage_only: frozenset[DType] = frozenset()  # dtypes loaded and stored, computed in float32
+    unsupported: frozenset[DType] = frozenset()  # dtypes it cannot hold at all
 
     def render(self, name: str, uops: list[UOp]) -> str:
         """Source code of a kernel called `name` from its linearized uops."""
@@ -46,7 +62,12 @@ class Renderer:
 
 @dataclass(frozen=True)
 class ProgramSpec:
-    """A rendered kernel: its source, the buffers it takes, and estimates of the work it does."""
+    """A rendered kernel: its source, how it is launched, the arguments it takes, and estimates of its work.
+
+    Launch: the kernel runs over `global_size` workgroups of `local_size` threads each (a GPU's grid; each size a
+    tuple of up to three), or, on the CPU, `global_size == (threads,)` calls of the kernel with its `core` argument
+    0 .. threads-1 and no local size. Arguments: `buffer_count` buffers by slot, then the integer values of
+    `variables` in that order."""
 
     name: str
     src: str
@@ -58,5 +79,29 @@ class ProgramSpec:
     flops: int  # ALU ops executed
     mem_bytes: int  # bytes loaded and stored (upper bound: every access counted)
     opts: tuple = ()  # the Opts applied (codegen/opt.py)
-    threads: int = 1  # how many times the kernel runs, once per core (its `core` argument 0 .. threads-1)
+    global_size: tuple[int, ...] = (1,)
+    local_size: tuple[int, ...] | None = None  # None: the device has no workgroups (the CPU)
     variables: tuple[str, ...] = ()  # the names of its symbolic sizes, the order their values follow the buffers in
+
+    @staticmethod
+    def from_source(name: str, src: str, device: str, buffer_count: int, variables: tuple[str, ...] = ()
+                    ) -> ProgramSpec:
+        """The spec of a kernel written by hand (no AST, one call, no estimates): tests load such kernels."""
+        return ProgramSpec(name, src, device, UOp(Ops.NOOP, dtypes.void), None, buffer_count, (0,), 0, 0,
+                           variables=variables)
+
+    @property
+    def threads(self) -> int:
+        """How many times the CPU runs the kernel, once per core."""
+        return self.global_size[0] if self.local_size is None else 1
+
+
+def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """(global size, local size) of a linearized kernel, read from its SPECIAL nodes: `core` (the CPU's slices), or
+    `gidx<d>` (workgroup d's index) and `lidx<d>` (a thread's index in its workgroup)."""
+    specials = {u.arg: int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL}
+    if "core" in specials: return (specials["core"],), None
+    if not specials: return (1,), None
+    dims = 1 + max(int(name[4:]) for name in specials)
+    return (tuple(specials.get(f"gidx{d}", 1) for d in range(dims)),
+            tuple(specials.get(f"lidx{d}", 1) for d in range(dims)))

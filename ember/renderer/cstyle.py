@@ -1,8 +1,14 @@
-"""Render linearized UOps as C source, one function per kernel.
+"""Render linearized UOps as C-family source, one function per kernel: a C-style base and its dialects.
 
-`pm_render_c` maps a node to the C expression that computes it (a matcher that returns `str`); `CRenderer.render`
-walks the linear list, binds each value to a local and opens/closes loops. Floats print as hex literals so every
-constant is exact; NaN-propagating max and libm calls keep results equal to numpy's.
+`pm_render_c` maps a node to the C expression that computes it (a matcher that returns `str`, its ctx a
+`RenderContext`: the names of the values so far and the dialect, `ctx.lang`); `CStyleRenderer.render` walks the
+linear list, binds each value to a local and opens/closes loops. Floats print as hex literals so every constant is
+exact; NaN-propagating max and guarded integer ops keep results equal to numpy's on every dialect.
+
+A dialect is a subclass that sets what differs between C, OpenCL C, CUDA C and C++: type names (`types`), how a
+kernel and its buffers are declared (`kernel_prefix`, `buffer_space`, `restrict`), thread ids (`special`), math
+library calls (`libm`), bit casts (`bitcast`), non-finite literals (`nonfinite`) and its prelude. CRenderer is the
+CPU's dialect; opencl.py and cuda.py hold the GPU ones; ember/export/cpp.py's C++ is a subclass of CRenderer.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import re
 import numpy as np
 
 from ember.dtype import AddrSpace, DType, PtrDType, dtypes, float_to_int_via
+from ember.errors import DTypeError
 from ember.renderer import Renderer
 from ember.renderer.cvector import c_type as vector_c_type
 from ember.renderer.cvector import mask_type, pm_render_vector, renders_vector, vector_prelude
@@ -28,6 +35,8 @@ C_TYPES: dict[DType, str] = {
     dtypes.int64: "int64_t", dtypes.uint8: "uint8_t", dtypes.uint16: "uint16_t", dtypes.uint32: "uint32_t",
     dtypes.uint64: "uint64_t", dtypes.float16: "_Float16", dtypes.float32: "float", dtypes.float64: "double",
 }
+
+UNSIGNED = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 TANGENT_PRODUCT = {dtypes.float64: ("tangent_product_f64", "double"), dtypes.float32: ("tangent_product_f32", "float"),
                    dtypes.bfloat16: ("tangent_product_f32", "float")}  # (a bfloat16 value is a float in C)
@@ -57,29 +66,23 @@ static inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
 """ + "\n".join(tangent_product_functions("static inline").values()) + "\n"
 
 
+class RenderContext(dict):
+    """What a rendering rule reads: the C expression of each value rendered so far (a dict keyed by UOp) and the
+    dialect it is rendered in (`lang`)."""
+
+    def __init__(self, lang: CStyleRenderer) -> None:
+        super().__init__()
+        self.lang = lang
+
+
 def c_type(dtype: DType) -> str:
-    """The C type of a value; bfloat16 values compute in float, and memory holds their 16 bits. A vector is a GCC
-    vector type named for its lanes (`f32x8`), declared by `vector_prelude`."""
-    if dtype.count > 1 or (isinstance(dtype, PtrDType) and dtype.base.count > 1): return vector_c_type(dtype)
-    if isinstance(dtype, PtrDType):
-        return "uint16_t*" if dtype.base.scalar is dtypes.bfloat16 else c_type(dtype.base) + "*"
-    if dtype.scalar is dtypes.bfloat16: return "float"
-    if dtype.scalar not in C_TYPES: raise NotImplementedError(f"C renderer: no C type for {dtype}")
-    return C_TYPES[dtype.scalar]
+    """The C type of a value in the CPU's dialect (CRenderer.type_of)."""
+    return C_DIALECT.type_of(dtype)
 
 
 def c_const(value: float | int | bool, dtype: DType) -> str:
-    """An exact C literal of `value` in `dtype`."""
-    if dtype.is_bool: return "1" if value else "0"
-    if dtype.is_int:
-        if dtype.is_unsigned: return f"{value}u" + ("ll" if dtype.itemsize == 8 else "")
-        if value == dtype.min: return f"({value + 1}{'ll' if dtype.itemsize == 8 else ''}-1)"  # -2**31 is not a literal
-        return f"{value}ll" if dtype.itemsize == 8 else str(value)
-    if dtype.scalar in (dtypes.float64, dtypes.float32) and math.isfinite(value): return _float_literal(value, dtype)
-    if math.isnan(value): text = "__builtin_nan(\"\")"
-    elif math.isinf(value): text = ("-" if value < 0 else "") + "__builtin_inf()"
-    else: text = _hex(value)
-    return f"(({c_type(dtype)}){text})"
+    """An exact C literal of `value` in `dtype`, in the CPU's dialect."""
+    return C_DIALECT.const(value, dtype)
 
 
 def _hex(value: float) -> str:
@@ -87,14 +90,15 @@ def _hex(value: float) -> str:
     return re.sub(r"\.?0*p", "p", float(value).hex())
 
 
-def _float_literal(value: float, dtype: DType) -> str:
-    """A float64 or float32 literal of its own type (no cast): hexadecimal, or the shortest decimal that reads back
-    as the same value where that is shorter (0.05, 1e-05f), which is exact too: C compilers round decimal literals of
-    at most DECIMAL_DIG digits correctly (C99 Annex F, IEEE 754). Parenthesized when negative."""
+def float_literal(value: float, dtype: DType) -> str | None:
+    """A finite float64 or float32 literal of its own type (no cast): hexadecimal, or the shortest decimal that
+    reads back as the same value where that is shorter (0.05, 1e-05f), which is exact too: C compilers round decimal
+    literals of at most DECIMAL_DIG digits correctly (C99 Annex F, IEEE 754). Parenthesized when negative. None for
+    a value float32 cannot hold (it overflows to inf)."""
     if dtype.scalar is dtypes.float64: forms = [_hex(value), repr(float(value))]
     else:
         with np.errstate(over="ignore"): single = np.float32(value)
-        if not np.isfinite(single): return c_const(float(single), dtype)
+        if not np.isfinite(single): return None
         forms = [_hex(float(single)) + "f", np.format_float_positional(single, unique=True, trim="0") + "f",
                  np.format_float_scientific(single, unique=True, trim="-") + "f"]
     text = min(forms, key=len)
@@ -111,64 +115,59 @@ def unwrap(code: str) -> str:
     return code[1:-1]
 
 
-def _libm(name: str, dtype: DType, *args: str) -> str:
-    """A libm call at the precision of `dtype`; half computes in float and rounds back."""
-    if dtype.scalar is dtypes.float64: return f"{name}({', '.join(args)})"
-    if dtype.scalar in (dtypes.float32, dtypes.bfloat16): return f"{name}f({', '.join(args)})"
-    return f"(({c_type(dtype)}){name}f({', '.join(f'(float)({a})' for a in args)}))"
-
-
 def render_max(x: UOp, a: str, b: str) -> str:
     """max(a, b) that propagates NaN from either side, as numpy.maximum does."""
     return f"(({a}>{b}||{a}!={a})?{a}:{b})" if x.dtype.is_float else f"(({a}>{b})?{a}:{b})"
 
 
-def render_load(ctx: dict[UOp, str], x: UOp, idx: UOp) -> str:
+def render_load(ctx: RenderContext, x: UOp, idx: UOp) -> str:
     """*ptr, gated by the INDEX's condition when it has one (no memory is touched when the gate is false)."""
-    value = f"bf16_load(*{ctx[idx]})" if _is_bf16_memory(idx) else f"*{ctx[idx]}"
-    return value if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?{value}:{c_const(0, x.dtype)})"
+    value = ctx.lang.load(ctx[idx], idx)
+    return value if len(idx.src) < 3 else f"({ctx[idx.src[2]]}?{value}:{ctx.lang.const(0, x.dtype)})"
 
 
-def _is_bf16_memory(idx: UOp) -> bool:
-    return idx.dtype.base.scalar is dtypes.bfloat16 and idx.dtype.addrspace is not AddrSpace.REG  # type: ignore[attr-defined]
+def narrow_memory(lang: CStyleRenderer, idx: UOp) -> bool:
+    """Whether `idx` points at memory of a 16-bit float held in a float register: bfloat16, and half on a dialect
+    that only stores it (storage_only)."""
+    scalar = idx.dtype.base.scalar
+    return (scalar is dtypes.bfloat16 or scalar in lang.storage_only) and \
+        idx.dtype.addrspace is not AddrSpace.REG  # type: ignore[attr-defined]
 
 
-def render_shift(x: UOp, a: str, b: str) -> str:
+def render_shift(ctx: RenderContext, x: UOp) -> str:
     """a << b and a >> b with no undefined behaviour: C leaves amounts outside [0, bits) undefined (x86 takes them
     mod 32), and a left shift of a negative value; ember gives torch's answer, every bit shifted out (0, or -1 for
     >> of a negative), and shifts left in the unsigned type. An amount whose range is known inside needs no test."""
-    bits, amount = 8 * x.dtype.itemsize, x.src[1]
-    inside = f"((uint64_t)({b})<{bits}u)"
+    a, b = _src(ctx, x)
+    bits, amount, t = 8 * x.dtype.itemsize, x.src[1], ctx.lang.type_of(x.dtype)
+    inside = f"(({ctx.lang.type_of(dtypes.uint64)})({b})<{bits}u)"
     known = 0 <= amount.vmin and amount.vmax < bits
     if x.op is Ops.SHL:
-        shifted = f"(({c_type(x.dtype)})((u{c_type(x.dtype)})({a})<<({b})))" if x.dtype.kind == "i" else \
-            f"(({c_type(x.dtype)})(({a})<<({b})))"
+        unsigned = ctx.lang.type_of(UNSIGNED[x.dtype.itemsize]) if x.dtype.kind == "i" else t
+        shifted = f"(({t})(({unsigned})({a})<<({b})))"
         return shifted if known else f"({inside}?{shifted}:0)"
     if known: return f"({a}>>{b})"
     return f"({a}>>({inside}?({b}):{bits - 1}))" if x.dtype.kind == "i" else f"({inside}?({a}>>{b}):0)"
 
 
-def render_float_to_int(x: UOp, a: str) -> str:
+def render_float_to_int(ctx: RenderContext, x: UOp) -> str:
     """A float converted to an integer type with no undefined behaviour: NaN and values out of range give what
     dtype.float_to_int says (torch's answers on x86); in range, C's conversion truncates toward zero."""
+    a, lang = ctx[x.src[0]], ctx.lang
     bits = float_to_int_via(x.dtype)
-    low = c_const(-2**(bits - 1), dtypes.int64 if bits == 64 else dtypes.int32)
-    wide = f"(({a})>=-0x1p{bits - 1}&&({a})<0x1p{bits - 1}?(int{bits}_t)({a}):{low})"
-    if x.dtype.scalar is dtypes.uint64: wide = f"(({a})>=0x1p63&&({a})<0x1p64?(uint64_t)({a}):(uint64_t){wide})"
-    return wide if x.dtype.itemsize * 8 == bits and x.dtype.kind == "i" else f"(({c_type(x.dtype)}){wide})"
+    wide_type = dtypes.int64 if bits == 64 else dtypes.int32
+    low = lang.const(-2**(bits - 1), wide_type)
+    wide = f"(({a})>=-0x1p{bits - 1}&&({a})<0x1p{bits - 1}?({lang.type_of(wide_type)})({a}):{low})"
+    if x.dtype.scalar is dtypes.uint64:
+        u64 = lang.type_of(dtypes.uint64)
+        wide = f"(({a})>=0x1p63&&({a})<0x1p64?({u64})({a}):({u64}){wide})"
+    return wide if x.dtype.itemsize * 8 == bits and x.dtype.kind == "i" else f"(({lang.type_of(x.dtype)}){wide})"
 
 
-def render_bitcast(x: UOp, a: str) -> str:
-    """Reinterpret the bits; a bfloat16 value lives in a float register, so its bits go through bf16_bits/load."""
-    if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load((uint16_t)({a}))"
-    if x.src[0].dtype.scalar is dtypes.bfloat16: return f"(({c_type(x.dtype)})bf16_bits({a}))"
-    src = c_type(x.src[0].dtype)
-    return f"((union {{{src} in; {c_type(x.dtype)} out;}}){{.in={a}}}).out"
-
-
-def render_int_division(x: UOp, a: str, b: str) -> str:
+def render_int_division(ctx: RenderContext, x: UOp) -> str:
     """Integer / and % that never trap: C leaves x/0 and INT_MIN/-1 undefined (SIGFPE on x86). A zero divisor gives
     0, as numpy does; -1 gives the wrapped negation. Divisions by other constants need no guard."""
+    a, b = _src(ctx, x)
     op = "/" if x.op is Ops.IDIV else "%"
     d = x.src[1]
     wide = not x.dtype.is_unsigned and x.dtype.itemsize >= 4  # narrower types compute in int: no overflow
@@ -178,106 +177,163 @@ def render_int_division(x: UOp, a: str, b: str) -> str:
     return f"(({b}==0)?0:{guarded})"
 
 
-def render_tangent_product(x: UOp, a: str, b: str) -> str:
+def render_tangent_product(ctx: RenderContext, x: UOp) -> str:
     """A forward-mode product (arg TANGENT, ad/forward.py): a zero factor is a structural zero that zeroes the other,
     inf and NaN included, where IEEE gives NaN; as the interpreter computes it (export/interpreter.py) and as codegen
     folds a constant zero (pm_structural_zeros). Every other result keeps its bits, a zero's sign too. A finite
-    nonzero constant factor needs no test; float and double call a function of the prelude (measured: the test
-    costs 8% of the cart-pole jacobians' time, 28% of the Rosenbrock hessian's, whose loop is vectorized)."""
+    nonzero constant factor needs no test; float and double call a function of the prelude where the dialect has
+    one (measured: the test costs 8% of the cart-pole jacobians' time, 28% of the Rosenbrock hessian's)."""
+    a, b = _src(ctx, x)
     p = f"({a}*{b})"
     if any(s.op is Ops.CONST and s.arg != 0 and math.isfinite(s.arg) for s in x.src): return p
-    if x.dtype.scalar in TANGENT_PRODUCT: return f"{TANGENT_PRODUCT[x.dtype.scalar][0]}({a},{b})"
-    return f"((({p}!={p})&&({a}==0||{b}==0))?{c_const(0, x.dtype)}:{p})"
+    if ctx.lang.tangent_functions and x.dtype.scalar in TANGENT_PRODUCT:
+        return f"{TANGENT_PRODUCT[x.dtype.scalar][0]}({a},{b})"
+    return f"((({p}!={p})&&({a}==0||{b}==0))?{ctx.lang.const(0, x.dtype)}:{p})"
 
 
 _BINARY = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
            Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
-_LIBM = {Ops.EXP: "exp", Ops.LOG: "log", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt",
-         Ops.TRUNC: "trunc", **{op: op.name.lower() for op in GroupOp.Libm}}
+LIBM = {Ops.EXP: "exp", Ops.LOG: "log", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt",
+        Ops.TRUNC: "trunc", Ops.POW: "pow", Ops.ATAN2: "atan2", **{op: op.name.lower() for op in GroupOp.Libm}}
 
 
-def _src(ctx: dict[UOp, str], x: UOp) -> list[str]:
+def _src(ctx: RenderContext, x: UOp) -> list[str]:
     return [ctx[s] for s in x.src]
 
 
 pm_render_c = PatternMatcher([
-    (UPat(Ops.CONST, name="x"), lambda ctx, x: c_const(x.arg, x.dtype)),
-    (UPat(Ops.MOD, dtype=FLOATS, name="x"), lambda ctx, x: _libm("fmod", x.dtype, *_src(ctx, x))),
-    (UPat((Ops.IDIV, Ops.MOD), name="x"), lambda ctx, x: render_int_division(x, *_src(ctx, x))),
-    (UPat((Ops.SHL, Ops.SHR), name="x"), lambda ctx, x: render_shift(x, *_src(ctx, x))),
-    (UPat(Ops.MUL, arg=TANGENT, dtype=FLOATS, name="x"), lambda ctx, x: render_tangent_product(x, *_src(ctx, x))),
+    (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.lang.const(x.arg, x.dtype)),
+    (UPat(Ops.MOD, dtype=FLOATS, name="x"), lambda ctx, x: ctx.lang.libm("fmod", x.dtype, *_src(ctx, x))),
+    (UPat((Ops.IDIV, Ops.MOD), name="x"), render_int_division),
+    (UPat((Ops.SHL, Ops.SHR), name="x"), render_shift),
+    (UPat(Ops.MUL, arg=TANGENT, dtype=FLOATS, name="x"), lambda ctx, x: ctx.lang.tangent_product(ctx, x)),
     (UPat(tuple(_BINARY), name="x"), lambda ctx, x: f"({_src(ctx, x)[0]}{_BINARY[x.op]}{_src(ctx, x)[1]})"),
-    (UPat(tuple(_LIBM), name="x"), lambda ctx, x: _libm(_LIBM[x.op], x.dtype, ctx[x.src[0]])),
-    (UPat(Ops.POW, name="x"), lambda ctx, x: _libm("pow", x.dtype, *_src(ctx, x))),
-    (UPat(Ops.ATAN2, name="x"), lambda ctx, x: _libm("atan2", x.dtype, *_src(ctx, x))),
+    (UPat(tuple(LIBM), name="x"), lambda ctx, x: ctx.lang.libm(LIBM[x.op], x.dtype, *_src(ctx, x))),
     (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
     (UPat(Ops.RECIPROCAL, name="x"), lambda ctx, x: f"(1/{ctx[x.src[0]]})"),
     (UPat(Ops.MAX, name="x"), lambda ctx, x: render_max(x, *_src(ctx, x))),
     (UPat(Ops.WHERE, name="x"), lambda ctx, x: "({}?{}:{})".format(*_src(ctx, x))),
-    (UPat(Ops.MULACC, name="x", dtype=FLOATS), lambda ctx, x: _libm("fma", x.dtype, *_src(ctx, x))),  # one rounding
+    (UPat(Ops.MULACC, name="x", dtype=FLOATS), lambda ctx, x: ctx.lang.libm("fma", x.dtype, *_src(ctx, x))),
     (UPat(Ops.MULACC, name="x"), lambda ctx, x: "(({}*{})+{})".format(*_src(ctx, x))),
-    (UPat(Ops.CAST, name="x", dtype=INTS, src=(UPat(dtype=FLOATS),)), lambda ctx, x: render_float_to_int(x,
-                                                                                                  ctx[x.src[0]])),
-    (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({c_type(x.dtype)})({ctx[x.src[0]]}))"),
-    (UPat(Ops.BITCAST, name="x"), lambda ctx, x: render_bitcast(x, ctx[x.src[0]])),
+    (UPat(Ops.CAST, name="x", dtype=INTS, src=(UPat(dtype=FLOATS),)), render_float_to_int),
+    (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({ctx.lang.type_of(x.dtype)})({ctx[x.src[0]]}))"),
+    (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.lang.bitcast(x, ctx[x.src[0]])),
     (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"({ctx[x.src[0]]}+{ctx[x.src[1]]})"),
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), lambda ctx, x, idx: render_load(ctx, x, idx)),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_load),
     (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx[x.src[0]]),
 ])
 
 _INLINE = {Ops.CONST, Ops.INDEX, Ops.AFTER}
 
 
-def variable_parameter(u: UOp) -> str:
-    """The parameter declaring DEFINE_VAR u; variables follow the buffers in the order of their names."""
-    return f"const {c_type(u.dtype)} {u.arg.name}"
+class CStyleRenderer(Renderer):
+    """The C family: one function per kernel, a `const` local per value, a `for` per loop. Subclasses set the
+    dialect; the rendering rules (`matcher`) are shared, and a dialect puts its own rules before them."""
 
-
-class CRenderer(Renderer):
-    """C99 for the host compiler. One function per kernel; buffers are `restrict` pointers, const where only read.
-
-    The C++ flavor (ember/export/cpp.py) changes only what the class attributes name."""
-
-    device = "CPU"
-    supported_ops = frozenset(Ops)
-    prelude = PRELUDE
+    types: dict[DType, str] = C_TYPES
+    prelude = ""
+    kernel_prefix = ""  # what a kernel is declared with, before its `void`
+    buffer_space = ""  # the address space of a buffer parameter (OpenCL's __global)
     restrict = "restrict"
-    linkage = ""  # "static " for kernels private to one translation unit
-    kernel_attribute = ""  # what each kernel is declared with, before its `void`
+    tangent_functions = False  # whether the prelude defines the tangent_product_* functions
     matcher = pm_render_c
-    vector_matcher = pm_render_vector
 
-    vector_bytes = 0  # set by the CPU device from the CPU it runs on
+    # ---- the dialect ---------------------------------------------------------------------------------------------
 
-    def __init__(self, vector_bytes: int = 0, cores: int = 1, task_entries: bool = False) -> None:
-        self.vector_bytes, self.cores = vector_bytes, cores
-        # every kernel gets a `{name}_task` entry (the CPU device: its graph runner calls any kernel through it);
-        # otherwise only threaded kernels, which the pool needs (exported C++ stays as small as it was)
-        self.task_entries = task_entries
+    def type_of(self, dtype: DType) -> str:
+        """The type of a value; a bfloat16 value computes in float, and memory holds its 16 bits."""
+        if isinstance(dtype, PtrDType):
+            if dtype.base.scalar in (dtypes.bfloat16,) or dtype.base.scalar in self.storage_only: return "uint16_t*"
+            return self.type_of(dtype.base) + "*"
+        if dtype.scalar is dtypes.bfloat16 or dtype.scalar in self.storage_only: return "float"
+        if dtype.scalar not in self.types or dtype.scalar in self.unsupported:
+            raise DTypeError(f"{self.device}: no type for {dtype} in {type(self).__name__}")
+        return self.types[dtype.scalar]
 
-    def renders_vector(self, u: UOp) -> bool:
-        return self.vector_bytes > 0 and renders_vector(u)
+    def nonfinite(self, value: float, dtype: DType) -> str:
+        """A NaN or an infinity of `dtype`."""
+        text = "__builtin_nan(\"\")" if math.isnan(value) else ("-" if value < 0 else "") + "__builtin_inf()"
+        return f"(({self.type_of(dtype)}){text})"
+
+    def const(self, value: float | int | bool, dtype: DType) -> str:
+        """An exact literal of `value` in `dtype`."""
+        if dtype.is_bool: return "1" if value else "0"
+        if dtype.is_int:
+            wide = "ll" if dtype.itemsize == 8 else ""
+            if dtype.is_unsigned: return f"{value}u{wide}"
+            if value == dtype.min: return f"({value + 1}{wide}-1)"  # -2**31 is not a literal
+            return f"{value}{wide}"
+        if not math.isfinite(value): return self.nonfinite(value, dtype)
+        if dtype.scalar in (dtypes.float64, dtypes.float32):
+            if (text := float_literal(value, dtype)) is not None: return text
+            return self.nonfinite(math.copysign(math.inf, value), dtype)
+        return f"(({self.type_of(dtype)}){_hex(value)})"
+
+    def libm(self, name: str, dtype: DType, *args: str) -> str:
+        """A math library call at the precision of `dtype`; half computes in float and rounds back."""
+        if dtype.scalar is dtypes.float64: return f"{name}({', '.join(args)})"
+        if dtype.scalar in (dtypes.float32, dtypes.bfloat16): return f"{name}f({', '.join(args)})"
+        return f"(({self.type_of(dtype)}){name}f({', '.join(f'(float)({a})' for a in args)}))"
+
+    def bitcast(self, x: UOp, a: str) -> str:
+        """Reinterpret the bits; a bfloat16 value lives in a float register, so its bits go through bf16_bits/load."""
+        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load((uint16_t)({a}))"
+        if x.src[0].dtype.scalar is dtypes.bfloat16: return f"(({self.type_of(x.dtype)})bf16_bits({a}))"
+        return f"((union {{{self.type_of(x.src[0].dtype)} in; {self.type_of(x.dtype)} out;}}){{.in={a}}}).out"
+
+    def load(self, ptr: str, idx: UOp) -> str:
+        """The value at `ptr` (a bfloat16 or storage-only half widened to float)."""
+        if not narrow_memory(self, idx): return f"*{ptr}"
+        return f"bf16_load(*{ptr})" if idx.dtype.base.scalar is dtypes.bfloat16 else self.load_half(ptr)
+
+    def store(self, ptr: str, value: str, idx: UOp) -> str:
+        """The statement storing `value` at `ptr`."""
+        if not narrow_memory(self, idx): return f"*{ptr} = {value};"
+        if idx.dtype.base.scalar is dtypes.bfloat16: return f"*{ptr} = bf16_bits({value});"
+        return self.store_half(ptr, value)
+
+    def load_half(self, ptr: str) -> str:
+        """A storage-only half at `ptr`, as a float."""
+        raise DTypeError(f"{self.device}: {type(self).__name__} has no half loads")
+
+    def store_half(self, ptr: str, value: str) -> str:
+        """The statement storing float `value` as a half at `ptr`."""
+        raise DTypeError(f"{self.device}: {type(self).__name__} has no half stores")
+
+    def round_narrow(self, u: UOp, code: str) -> str:
+        """A value computed in float for a bfloat16 (or storage-only half) result, rounded to that type: every op
+        rounds as the narrow type's would (float holds a product or sum of two of them exactly enough)."""
+        if u.dtype.scalar is dtypes.bfloat16: return f"bf16_round({code})"
+        return f"half_round({code})" if u.dtype.scalar in self.storage_only else code
+
+    def tangent_product(self, ctx: RenderContext, x: UOp) -> str: return render_tangent_product(ctx, x)
+
+    def special(self, u: UOp) -> str:
+        """The expression of a thread index (SPECIAL): a dialect with a launch grid names its ids."""
+        raise NotImplementedError(f"{type(self).__name__}: no thread index {u.arg}")
+
+    def parameter(self, u: UOp, written: bool) -> str:
+        """The declaration of buffer parameter `u` (a DEFINE_GLOBAL)."""
+        const = "" if written else "const "
+        return f"{self.buffer_space}{const}{self.type_of(u.dtype)} {self.restrict} data{u.arg}".replace("  ", " ")
+
+    def variable_parameter(self, u: UOp) -> str:
+        """The parameter declaring DEFINE_VAR u; variables follow the buffers in the order of their names."""
+        return f"const {self.type_of(u.dtype)} {u.arg.name}"
+
+    # ---- the walk ------------------------------------------------------------------------------------------------
 
     def render(self, name: str, uops: list[UOp]) -> str:
-        src = self.prelude + vector_prelude(uops) + self.render_function(name, uops)
-        threaded = any(u.op is Ops.SPECIAL for u in uops)
-        return src + (self.render_task(name, uops) if threaded or self.task_entries else "")
+        return self.prelude + self.render_function(name, uops)
 
-    def render_task(self, name: str, uops: list[UOp]) -> str:
-        """`{name}_task(args, core)`: the kernel called with its arguments from an array, the form the CPU's thread
-        pool and graph runner call (runtime/ops_cpu.py, runtime/graph.py): buffers by slot, then variables as
-        integers in the order of the kernel's parameters. A kernel that is not threaded ignores `core`."""
-        globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
-        args = [f"({c_type(g.dtype)})args[{i}]" for i, g in enumerate(globals_)]
-        args += [f"({c_type(v.dtype)})(intptr_t)args[{len(globals_) + i}]" for i, v in enumerate(variables)]
-        if any(u.op is Ops.SPECIAL for u in uops): args.append("core")
-        return f"void {name}_task(void **args, int32_t core) {{ (void)core; {name}({', '.join(args)}); }}\n"
+    def render_value(self, u: UOp, ctx: RenderContext) -> str | None:
+        """The expression of value `u`; None where no rule renders it."""
+        return self.matcher.rewrite(u, ctx=ctx)
 
     def render_function(self, name: str, uops: list[UOp]) -> str:
-        """The kernel as one C function, without the prelude."""
+        """The kernel as one function, without the prelude."""
         stored = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}
-        names: dict[UOp, str] = {}
+        names = RenderContext(self)
         params: list[tuple[int, str]] = []  # (position, declaration): buffers by slot, then variables
         body: list[str] = []
         depth = 1
@@ -293,20 +349,19 @@ class CRenderer(Renderer):
             pad = "  " * depth
             if u.op is Ops.DEFINE_GLOBAL:
                 names[u] = f"data{u.arg}"
-                const = "" if u.arg in stored else "const "
-                params.append((u.arg, f"{const}{c_type(u.dtype)} {self.restrict} data{u.arg}"))
+                params.append((u.arg, self.parameter(u, u.arg in stored)))
             elif u.op is Ops.DEFINE_VAR:
                 names[u] = u.arg.name
-                params.append((1 << 30, variable_parameter(u)))  # (int32 all: in the order of their names)
-            elif u.op is Ops.SPECIAL:  # the slice of a threaded kernel this call runs
-                names[u] = "core"
-                params.append((1 << 31, "const int32_t core"))
+                params.append((1 << 30, self.variable_parameter(u)))  # (int32 all: in the order of their names)
+            elif u.op is Ops.SPECIAL:
+                names[u] = self.special(u)
+                if u.arg == "core": params.append((1 << 31, "const int32_t core"))  # the CPU's slice of the work
             elif u.op is Ops.DEFINE_REG:
                 names[u] = fresh("acc")
-                body.append(f"{pad}{c_type(u.dtype.base)} {names[u]}[{u.dtype.size}];")
+                body.append(f"{pad}{self.type_of(u.dtype.base)} {names[u]}[{u.dtype.size}];")
             elif u.op is Ops.RANGE:
                 names[u] = f"r{u.arg.axis}"
-                body.append(f"{pad}for ({c_type(u.dtype)} {names[u]} = 0; {names[u]} < {names[u.src[0]]}; "
+                body.append(f"{pad}for ({self.type_of(u.dtype)} {names[u]} = 0; {names[u]} < {names[u.src[0]]}; "
                             f"{names[u]}++) {{")
                 depth += 1
             elif u.op is Ops.END:
@@ -316,22 +371,80 @@ class CRenderer(Renderer):
                 # a gated store (the lanes past a symbolic loop's end: codegen/opt.py) writes only where its gate is
                 gate = f"if ({unwrap(names[u.src[0].src[2]])}) " if len(u.src[0].src) > 2 else ""
                 if u.src[1].dtype.count > 1 and u.src[0].dtype.addrspace is not AddrSpace.REG:
-                    body.append(f"{pad}{gate}store_{c_type(u.src[1].dtype)}({names[u.src[0]]}, {names[u.src[1]]});")
+                    body.append(f"{pad}{gate}store_{vector_c_type(u.src[1].dtype)}({names[u.src[0]]}, "
+                                f"{names[u.src[1]]});")
                 else:
-                    value = f"bf16_bits({names[u.src[1]]})" if _is_bf16_memory(u.src[0]) else names[u.src[1]]
-                    body.append(f"{pad}{gate}*{names[u.src[0]]} = {value};")
+                    body.append(f"{pad}{gate}{self.store(names[u.src[0]], names[u.src[1]], u.src[0])}")
             elif u.op in (Ops.SINK, Ops.NOOP):
                 continue
             else:
-                vector = (u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)) or u.op is Ops.GEP
-                code = (self.vector_matcher if vector else self.matcher).rewrite(u, ctx=names)
-                if code is None: raise NotImplementedError(f"C renderer: cannot render {u.op.name} ({u.dtype})")
+                code = self.render_value(u, names)
+                if code is None: raise NotImplementedError(f"{type(self).__name__}: cannot render {u.op.name} "
+                                                           f"({u.dtype})")
                 if u.op in _INLINE:
                     names[u] = code
                 else:
-                    if u.dtype.scalar is dtypes.bfloat16 and u.op is not Ops.LOAD: code = f"bf16_round({code})"
+                    if u.op is not Ops.LOAD: code = self.round_narrow(u, code)
                     names[u] = fresh("val" if u.op is Ops.LOAD else "t")  # a loaded value, a temporary
-                    ctype = mask_type(u) if u.dtype.is_bool and u.dtype.count > 1 else c_type(u.dtype)
+                    ctype = mask_type(u) if u.dtype.is_bool and u.dtype.count > 1 else self.type_of(u.dtype)
                     body.append(f"{pad}const {ctype} {names[u]} = {unwrap(code)};")
-        signature = f"{self.linkage}{self.kernel_attribute}void {name}({', '.join(p for _, p in sorted(params))})"
+        signature = f"{self.kernel_prefix}void {name}({', '.join(p for _, p in sorted(params))})"
         return signature + " {\n" + "\n".join(body) + "\n}\n"
+
+
+class CRenderer(CStyleRenderer):
+    """C99 for the host compiler: buffers are `restrict` pointers, const where only read; values of several lanes
+    are GCC/clang vector types (cvector.py) and a threaded kernel's slice is its `core` parameter.
+
+    The C++ flavor (ember/export/cpp.py) is a subclass."""
+
+    device = "CPU"
+    prelude = PRELUDE
+    tangent_functions = True
+    linkage = ""  # "static " for kernels private to one translation unit
+    vector_matcher = pm_render_vector
+
+    max_threads = 1024  # the thread pool's limit (runtime/ops_cpu.py), and generate_module's
+
+    def __init__(self, vector_bytes: int = 0, cores: int = 1, task_entries: bool = False,
+                 vector_registers: int = 16) -> None:
+        self.vector_bytes, self.cores, self.vector_registers = vector_bytes, cores, vector_registers
+        # every kernel gets a `{name}_task` entry (the CPU device: its graph runner calls any kernel through it);
+        # otherwise only threaded kernels, which the pool needs (exported C++ stays as small as it was)
+        self.task_entries = task_entries
+
+    def type_of(self, dtype: DType) -> str:
+        """A vector is a GCC vector type named for its lanes (`f32x8`), declared by `vector_prelude`."""
+        if dtype.count > 1 or (isinstance(dtype, PtrDType) and dtype.base.count > 1): return vector_c_type(dtype)
+        return super().type_of(dtype)
+
+    def renders_vector(self, u: UOp) -> bool:
+        return self.vector_bytes > 0 and renders_vector(u)
+
+    def render_value(self, u: UOp, ctx: RenderContext) -> str | None:
+        vector = (u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)) or u.op is Ops.GEP
+        return (self.vector_matcher if vector else self.matcher).rewrite(u, ctx=ctx)
+
+    def special(self, u: UOp) -> str: return "core"
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        src = self.prelude + vector_prelude(uops) + self.render_function(name, uops)
+        threaded = any(u.op is Ops.SPECIAL for u in uops)
+        return src + (self.render_task(name, uops) if threaded or self.task_entries else "")
+
+    def render_task(self, name: str, uops: list[UOp]) -> str:
+        """`{name}_task(args, core)`: the kernel called with its arguments from an array, the form the CPU's thread
+        pool and graph runner call (runtime/ops_cpu.py, runtime/graph.py): buffers by slot, then variables as
+        integers in the order of the kernel's parameters. A kernel that is not threaded ignores `core`."""
+        globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
+        args = [f"({self.type_of(g.dtype)})args[{i}]" for i, g in enumerate(globals_)]
+        args += [f"({self.type_of(v.dtype)})(intptr_t)args[{len(globals_) + i}]" for i, v in enumerate(variables)]
+        if any(u.op is Ops.SPECIAL for u in uops): args.append("core")
+        return f"void {name}_task(void **args, int32_t core) {{ (void)core; {name}({', '.join(args)}); }}\n"
+
+    def render_function(self, name: str, uops: list[UOp]) -> str:
+        return self.linkage + super().render_function(name, uops)
+
+
+C_DIALECT = CRenderer()  # the CPU's dialect, for c_type and c_const

@@ -21,7 +21,6 @@ import tempfile
 import time
 from typing import Any
 
-from ember.codegen.opt import MAX_THREADS
 from ember.device import (
     Allocator,
     Buffer,
@@ -35,6 +34,7 @@ from ember.device import (
 )
 from ember.errors import CompileError
 from ember.helpers import CACHELEVEL, cache_dir, env_value
+from ember.renderer import ProgramSpec
 from ember.renderer.cstyle import CRenderer
 
 C_FLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-fno-math-errno",
@@ -201,12 +201,19 @@ def vector_bytes(target: str) -> int:
     return 0
 
 
+def vector_registers(target: str) -> int:
+    """How many vectors of vector_bytes(target) the register file holds: x86's 32 zmm with AVX-512, else 16 ymm or
+    xmm; AArch64's 32 NEON registers."""
+    words = set(target.replace(",", " ").split())
+    return 32 if {"-mavx512f", "+avx512f", "avx512f", "neon", "asimd", "+neon"} & words else 16
+
+
 def cpu_cores() -> int:
     """The cores this process may run on (os.sched_getaffinity), or $EMBER_THREADS where set; at most the pool's
-    MAX_THREADS, which runs no more slices (a kernel split in more would be refused)."""
+    limit (CRenderer.max_threads), which runs no more slices (a kernel split in more would be refused)."""
     if os.getenv("EMBER_THREADS"): cores = max(1, env_value("EMBER_THREADS", 1))
     else: cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores, MAX_THREADS)
+    return min(cores, CRenderer.max_threads)
 
 
 # A persistent pool: worker k runs slice k of a threaded kernel, the caller slice 0. Workers spin a while after a
@@ -318,9 +325,8 @@ class CPUProgram:
     calls it holds the program, which unloads its library when it is freed (an evicted runner, a search's candidate:
     about 49 KB of mappings each, which ctypes would keep for the process's life)."""
 
-    def __init__(self, name: str, lib: bytes, threads: int = 1, compiler: CCompiler | None = None,
-                 cached: bool = True) -> None:
-        self.name, self.threads = name, threads
+    def __init__(self, spec: ProgramSpec, lib: bytes, cached: bool = True, compiler: CCompiler | None = None) -> None:
+        self.name, self.threads = name, threads = spec.name, spec.threads
         self.path = loadable_file(f"{name}-{hashlib.sha256(lib).hexdigest()[:20]}.so", lib, cached)
         try:
             self.lib = ctypes.CDLL(self.path)
@@ -328,6 +334,8 @@ class CPUProgram:
             self.path = os.path.join(scratch_dir(), os.path.basename(self.path))
             write_atomically(self.path, lib)
             self.lib = ctypes.CDLL(self.path)
+        if not cached and self.path.startswith(scratch_dir() + os.sep):
+            os.unlink(self.path)  # loaded, it needs no file (a BEAM search loads dozens; the folder lives until exit)
         self.fn = getattr(self.lib, name)
         self.fn.restype = None
         # `{name}_task(args, core)`, the entry the pool and the graph runner (runtime/graph.py) call; None in a
@@ -374,6 +382,9 @@ def loadable_file(name: str, lib: bytes, cached: bool = True) -> str:
 
 def open_device() -> Compiled:
     compiler = CCompiler()
-    renderer = CRenderer(vector_bytes(native_target(compiler.cc)), cpu_cores(), task_entries=True)
-    return Compiled("CPU", Allocator(), renderer, compiler,
-                    functools.partial(CPUProgram, compiler=compiler))
+    from ember.runtime.graph import NativeGraph  # (graph.py builds on this module)
+    target = native_target(compiler.cc)
+    renderer = CRenderer(vector_bytes(target), cpu_cores(), task_entries=True,
+                         vector_registers=vector_registers(target))
+    return Compiled("CPU", Allocator(), renderer, compiler, functools.partial(CPUProgram, compiler=compiler),
+                    graph=NativeGraph)

@@ -104,7 +104,7 @@ def test_unrolled_reduce_copies_add_in_the_loops_order() -> None:
     # the output axis in vector lanes, then 4 copies of the reduce loop's body
     spec = get_program(item.ast, renderer, opts=[Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, 4)])
     assert sum(u.op.name == "DEFINE_REG" for u in spec.uops) == 1, "one accumulator: the copies chained into it"
-    program = Device["CPU"].program(spec.name, Device["CPU"].compiler.compile_cached(spec.src))
+    program = Device["CPU"].program(spec, Device["CPU"].compiler.compile_cached(spec.src))
     out = np.full(8, np.nan, np.float32)
     program(out, x)
     np.testing.assert_array_equal(out, want)

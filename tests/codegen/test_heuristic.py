@@ -1,5 +1,5 @@
 """The heuristic's and the search's opts stay within what the device runs: no THREAD amount above the thread pool's
-limit, whatever core count the renderer claims (opt.MAX_THREADS; the CPU pool refuses more slices). A convolution
+limit, whatever core count the renderer claims (CRenderer.max_threads; the CPU pool refuses more slices). A convolution
 whose rows vectors do not divide (ResNet's 14 x 14 and 7 x 7 stages) gets vector lanes and a register tile.
 
 Oracle: numpy, for the values of the kernel the heuristic picked opts for on such a renderer; torch 2.13 for the
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ember import Tensor
 from ember.codegen import get_program
-from ember.codegen.opt import MAX_THREADS, OptOps, kernel_axes
+from ember.codegen.opt import OptOps, kernel_axes
 from ember.codegen.rangeify import rangeify
 from ember.codegen.search import actions
 from ember.device import Device
@@ -25,17 +25,18 @@ from ember.renderer.cstyle import CRenderer
 from ember.uop.ops import Ops
 
 
-@pytest.mark.parametrize("cores", [MAX_THREADS + 1, 2 * MAX_THREADS, 3000])
+@pytest.mark.parametrize("cores", [CRenderer.max_threads + 1, 2 * CRenderer.max_threads, 3000])
 def test_threads_capped_at_the_pool_limit(cores: int) -> None:
-    """A renderer with more cores than the pool runs: the heuristic threads by MAX_THREADS (4096 rows divide by it),
-    and the kernel it makes computes x * 2."""
+    """A renderer with more cores than the pool runs: the heuristic threads by the pool's limit (4096 rows
+    divide by it), and the kernel it makes computes x * 2."""
     x = np.random.default_rng(0).uniform(-2, 2, (4096, 32)).astype(np.float32)
     (item,) = (Tensor(x) * 2).schedule()
     renderer = CRenderer(Device["CPU"].renderer.vector_bytes, cores, task_entries=True)
     with Context(NOOPT=0, BEAM=0): spec = get_program(item.ast, renderer)
-    assert spec.threads == MAX_THREADS and any(o.op is OptOps.THREAD and o.amount == MAX_THREADS for o in spec.opts)
+    most = CRenderer.max_threads
+    assert spec.threads == most and any(o.op is OptOps.THREAD and o.amount == most for o in spec.opts)
     # its slices one after another, through the task entry the pool would call (no pool of 1024 threads here)
-    program = Device["CPU"].program(spec.name, Device["CPU"].compiler.compile_cached(spec.src))
+    program = Device["CPU"].program(spec, Device["CPU"].compiler.compile_cached(spec.src))
     task = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(program.task.value)
     out = np.full(x.size, np.nan, np.float32)
     args = (ctypes.c_void_p * 2)(out.ctypes.data, x.ctypes.data)
@@ -44,10 +45,10 @@ def test_threads_capped_at_the_pool_limit(cores: int) -> None:
 
 
 def test_search_threads_capped_at_the_pool_limit() -> None:
-    """The search tries THREAD by the largest divisor of the axis up to MAX_THREADS, not up to the core count."""
+    """The search tries THREAD by the largest divisor of the axis up to the pool's limit, not up to the core count."""
     (item,) = (Tensor(np.zeros((4096, 32), np.float32)) * 2).schedule()
     threads = [o.amount for o in actions(rangeify(item.ast), CRenderer(0, 4096)) if o.op is OptOps.THREAD]
-    assert threads and max(threads) == MAX_THREADS
+    assert threads and max(threads) == CRenderer.max_threads
 
 
 @pytest.mark.parametrize("width", [14, 7])

@@ -12,6 +12,7 @@ against numpy in float64 on the CPU's renderer, and against NOOPT on renderers o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -256,7 +257,7 @@ def run_kernel(kernel: Kernel, opts: list[Opt], renderer: CRenderer | None = Non
     device = Device["CPU"]
     with Context(SPEC=1): spec = get_program(kernel.ast, renderer or device.renderer, opts=opts)
     assert spec.opts == tuple(opts)
-    program = device.program(spec.name, device.compiler.compile_cached(spec.src), threads=1)
+    program = device.program(dataclasses.replace(spec, global_size=(1,)), device.compiler.compile_cached(spec.src))
     outputs = [np.full(size * dtype.itemsize, SENTINEL, np.uint8).view(dtype) for size, dtype in kernel.outputs]
     if spec.threads == 1: program(*outputs, *kernel.inputs)
     else:

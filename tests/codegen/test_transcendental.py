@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 
@@ -93,7 +94,7 @@ def compiled(fn: Callable[[Tensor], Tensor], x: np.ndarray, renderer: CRenderer,
     (item,) = fn(Tensor(x)).schedule()
     with Context(SPEC=1): spec = get_program(item.ast, renderer, opts=opts)
     device = Device["CPU"]
-    program = device.program(spec.name, device.compiler.compile_cached(spec.src), threads=1)
+    program = device.program(dataclasses.replace(spec, global_size=(1,)), device.compiler.compile_cached(spec.src))
     inputs = [b.numpy() for b in item.bufs[item.outs:]]
     out = np.empty(item.bufs[0].size, to_numpy(item.bufs[0].dtype))
     if spec.threads == 1: program(out, *inputs)

@@ -15,6 +15,7 @@ from ember import Tensor
 from ember.device import Buffer, Device
 from ember.dtype import dtypes
 from ember.engine.realize import get_runner, prepare_runners, run_items
+from ember.renderer import ProgramSpec
 from ember.renderer.cstyle import CRenderer
 from ember.runtime.graph import NativeGraph
 from ember.runtime.ops_cpu import CPUProgram
@@ -117,7 +118,8 @@ void shift_task(void **args, int32_t core) {
 
 
 def test_variables_pass_through_as_words() -> None:
-    program = CPUProgram("shift", DEVICE.compiler.compile_cached(VARIABLE_KERNEL))
+    program = CPUProgram(ProgramSpec.from_source("shift", VARIABLE_KERNEL, "CPU", 2, ("by", "n")),
+                         DEVICE.compiler.compile_cached(VARIABLE_KERNEL))
     x, y, z = np.arange(8, dtype=np.float32), np.zeros(8, np.float32), np.zeros(8, np.float32)
     NativeGraph([(program, [y, x], [5, -3]), (program, [z, y], [8, 100])])()
     assert y.tolist() == [-3, -2, -1, 0, 1, 0, 0, 0]  # n = 5 elements shifted by -3
@@ -126,7 +128,7 @@ def test_variables_pass_through_as_words() -> None:
 
 def test_a_kernel_without_a_task_entry_is_refused() -> None:
     source = "void lone(float *restrict data0) { data0[0] = 1; }\n"
-    program = CPUProgram("lone", DEVICE.compiler.compile_cached(source))
+    program = CPUProgram(ProgramSpec.from_source("lone", source, "CPU", 1), DEVICE.compiler.compile_cached(source))
     with pytest.raises(ValueError, match=r"without a task entry.*\['lone'\]"):
         NativeGraph([(program, [np.zeros(1, np.float32)], ())])
 

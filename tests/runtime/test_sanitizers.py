@@ -44,9 +44,12 @@ def run_sanitized(args: list[str], cache: Path, timeout: int) -> subprocess.Comp
 
 UNDEFINED_KERNEL = """
 from ember.device import Device
+from ember.renderer import ProgramSpec
 import ctypes, numpy as np
-program = Device["CPU"].program("shift", Device["CPU"].compiler.compile('''#include <stdint.h>
-void shift(int32_t* restrict out, const int32_t* restrict a) { out[0] = a[0] << a[1]; }'''))
+src = '''#include <stdint.h>
+void shift(int32_t* restrict out, const int32_t* restrict a) { out[0] = a[0] << a[1]; }'''
+spec = ProgramSpec.from_source("shift", src, "CPU", 2)
+program = Device["CPU"].program(spec, Device["CPU"].compiler.compile(src))
 out, a = np.zeros(1, np.int32), np.array([1, -1], np.int32)
 program(out, a)
 print("no report")

@@ -43,7 +43,7 @@ def threaded(value, opts):
     (item,) = value.schedule()
     spec = get_program(item.ast, DEVICE.renderer, opts=opts)
     assert spec.threads == next((o.amount for o in opts if o.op is TH), 1), spec.threads
-    program = DEVICE.program(spec.name, DEVICE.compiler.compile_cached(spec.src), threads=spec.threads)
+    program = DEVICE.program(spec, DEVICE.compiler.compile_cached(spec.src))
     inputs = [b.numpy() for b in item.bufs[item.outs:]]
     out = item.bufs[0]
     def run():
@@ -160,7 +160,7 @@ def test_fewer_threads_after_more(cache: Path) -> None:
         three()  # the pool starts workers 1 and 2
         (item,) = (Tensor(np.zeros(4, np.float32)) + 1).schedule()
         spec = get_program(item.ast, DEVICE.renderer, opts=[Opt(TH, 0, 2)])
-        two = DEVICE.program(spec.name, DEVICE.compiler.compile_cached(spec.src), threads=2)
+        two = DEVICE.program(spec, DEVICE.compiler.compile_cached(spec.src))
         x, out = np.arange(8, dtype=np.float32), np.full(8, -7, np.float32)
         two(out[:4], x)  # out[:4] = x[:4] + 1 in 2 slices of 2
         time.sleep(0.5)  # the extra slice runs on its own: give it time to
