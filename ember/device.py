@@ -26,6 +26,7 @@ import importlib
 import itertools
 import os
 import random
+import re
 import shutil
 import tempfile
 import threading
@@ -57,6 +58,8 @@ class Allocator:
     into a fresh output: 28-30 GB/s, into a reused one: 36 GB/s, the machine's triad bandwidth). A reused buffer holds
     its last contents, which nothing reads: every kernel stores every element of its outputs (rangeify), and copyin
     fills a whole buffer. New memory is zeroed, so that a bug reads zeros rather than another run's values."""
+
+    host = True  # its memory is numpy arrays of host memory (engine/memory.py slices arenas of it into views)
 
     def __init__(self) -> None:
         self.kept: dict[int, list[Any]] = {}
@@ -184,6 +187,18 @@ class Compiler:
         lib = self.compile(src)
         write_checked(folder, digest, lib)
         return lib
+
+
+def describe_compile_error(compiler: str, src: str, output: str) -> str:
+    """The compiler's output, then the source around the first line it complains about, that line marked."""
+    lines = src.split("\n")
+    # gcc and clang: "file:12:3: error: ..."; PoCL's build log: "error: file:12:3: ..."
+    match = re.search(r":(\d+):(?:\d+:)? (?:fatal )?error", output) or re.search(r"error: \S*?:(\d+):\d+:", output)
+    bad = int(match.group(1)) if match else None
+    shown = range(max(1, bad - 3), min(len(lines), bad + 3) + 1) if bad else range(1, len(lines) + 1)
+    listing = "\n".join(f"{'>>' if n == bad else '  '} {n:4d} | {lines[n - 1]}" for n in shown)
+    return f"{compiler} failed to compile a kernel:\n{output.strip()}\n--- source ---\n{listing}"
+
 
 
 # ---- the cache directory -----------------------------------------------------------------------------------------
@@ -398,6 +413,7 @@ class _DeviceRegistry:
     # name -> (module, what to install when it fails to load)
     KNOWN: dict[str, tuple[str, str]] = {
         "CPU": ("ember.runtime.ops_cpu", "a C compiler (apt-get install gcc, or clang)"),
+        "CL": ("ember.runtime.ops_cl", "an OpenCL platform (apt-get install ocl-icd-libopencl1 pocl-opencl-icd)"),
     }
 
     def __init__(self) -> None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ember import Tensor
 from ember.errors import DTypeError
-from tests.helpers import TOL, check, match_torch_gradient, sample
+from tests.helpers import TOL, check, match_torch_gradient, sample, tolerance
 
 EXACT = {"rtol": 0, "atol": 0}
 FLOATS = ["float32", "float64"]
@@ -47,8 +47,9 @@ def check_grads(fn: Callable[..., Any], oracle: Callable[..., Any] | None, array
     for i, (got, want) in enumerate(zip(grads, theirs, strict=True)):
         got_np, want_np = got.numpy(), want.grad.numpy()
         assert not np.any(np.isnan(got_np) & np.isfinite(want_np)), f"input {i}: NaN where torch has {want_np}"
-        np.testing.assert_allclose(got_np, want_np, rtol=tol["rtol"] if rtol is None else rtol,
-                                   atol=tol["atol"] if atol is None else atol, err_msg=f"gradient of input {i}")
+        r, a = tolerance(arrays[0].dtype.name, tol["rtol"] if rtol is None else rtol,
+                         tol["atol"] if atol is None else atol)
+        np.testing.assert_allclose(got_np, want_np, rtol=r, atol=a, err_msg=f"gradient of input {i}")
 
 
 def repeated_index(size: int, shape: tuple[int, ...], seed: int) -> np.ndarray:

@@ -21,6 +21,9 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
   padding: ox + kx - 1 >= 0) is unrolled, so the gate of each copy's lanes is a constant or the row's test, and
   its loads are whole vectors or one masked load, not a gated load per lane (in scalar code, beside any output).
 - Threads: a kernel with enough work splits an output axis across the cores (the first one that divides evenly).
+- Workgroups (a renderer with `has_local`: a GPU): the output axes, innermost first, are split into workgroups of
+  up to WORKGROUP_THREADS threads (LOCAL by the largest divisor that fits), so neighbouring threads touch
+  neighbouring memory and a workgroup has enough threads to hide latency (gpu_opts).
 """
 
 from __future__ import annotations
@@ -58,8 +61,33 @@ def stride_one(offset: UOp, rng: UOp, group: int = 1) -> bool:
     return step.op is Ops.CONST and step.arg == 1
 
 
+WORKGROUP_THREADS = 256  # the threads the heuristic puts in a workgroup, at most
+
+
+def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
+    """LOCAL opts for a device with workgroups: the output axes of known size, innermost first, each split by the
+    largest divisor of its size that keeps the workgroup within WORKGROUP_THREADS (and the device's limits)."""
+    budget = min(WORKGROUP_THREADS, renderer.local_threads)
+    amounts: dict[int, int] = {}  # axis id -> threads along it, innermost first
+    for a in sorted((a for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a)),
+                    key=lambda a: -a.arg.axis)[:len(renderer.local_max)]:
+        size, most = range_size(a), min(budget, renderer.local_max[len(amounts)])
+        amount = max((n for n in range(2, min(size, most) + 1) if size % n == 0), default=0)
+        if amount < 2: continue
+        amounts[a.arg.axis] = amount
+        budget //= amount
+        if budget < 2: break
+    opts: list[Opt] = []
+    for axis_id, amount in sorted(amounts.items()):  # applied outermost first: the innermost gets the last LOCAL
+        index = next(i for i, a in enumerate(kernel_axes(sink)) if a.arg.axis == axis_id)  # (the id gpudims orders by)
+        opts.append(Opt(OptOps.LOCAL, index, amount))
+        sink = apply_opt(sink, opts[-1], renderer=renderer)
+    return opts
+
+
 def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     """The opts for `sink` (see the module docstring); [] where none apply."""
+    if renderer.has_local: return gpu_opts(sink, renderer)
     nodes = list(sink.toposort())
     if renderer.vector_bytes == 0 and renderer.cores <= 1: return []
     axes = kernel_axes(sink)

@@ -5,7 +5,9 @@ After:  the same kernel with some loops split. `Opt(UPCAST, a, n)` splits output
         `a_outer*n + a_lane` (where n does not divide S: ceil(S/n) steps, the lanes past S gated off), `a_lane` a
         RANGE of kind UPCAST that expand.py turns into vector lanes or unrolled copies; UNROLL does the same to a
         reduce axis (kind UNROLL, n dividing S); `Opt(THREAD, a, n)` splits it into `core*(S/n) + a_inner`,
-        `core` a SPECIAL node: the kernel runs once per core, each doing one slice.
+        `core` a SPECIAL node: the kernel runs once per core, each doing one slice. On a device with workgroups
+        (Renderer.has_local), `Opt(LOCAL, a, n)` splits it into `a_outer*n + a_local`, `a_local` a RANGE of kind
+        LOCAL that codegen/gpudims.py makes a thread index of the workgroup (n dividing S).
 
 An axis number indexes `kernel_axes(sink)`: the output loops in order, then the reduce loops; a lane range is no
 longer an axis. The first UPCAST or UNROLL applied is the one expand.py makes vector lanes of (each lane a memory
@@ -18,6 +20,7 @@ neighbour where the axis is contiguous); later ones unroll into copies, whose ac
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from ember.renderer import Renderer
@@ -32,6 +35,7 @@ class OptOps(enum.Enum):
     UPCAST = "UP"  # output axis -> outer loop x lanes (vector or unrolled)
     UNROLL = "UN"  # reduce axis -> outer loop x lanes (vector partial results or independent accumulators)
     THREAD = "TH"  # output axis -> one slice per CPU core
+    LOCAL = "LO"  # output axis -> workgroups x threads of a workgroup
     SWAP = "SW"  # exchange the nesting of two output loops (amount: the other axis)
 
 
@@ -58,11 +62,12 @@ class KernelOptError(ValueError):
 
 
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
+SPLIT_KINDS = (*LANE_KINDS, AxisKind.LOCAL)  # the parts an opt splits off an axis, which no later opt names
 
 
 def kernel_axes(sink: UOp) -> list[UOp]:
     """The kernel's loops an Opt can name: output loops by position, then reduce loops (lane ranges excluded)."""
-    ranges = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind not in LANE_KINDS]
+    ranges = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind not in SPLIT_KINDS]
     return sorted(ranges, key=lambda r: (r.arg.kind is AxisKind.REDUCE, r.arg.axis))
 
 
@@ -94,7 +99,13 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
         raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}{padding}")
     fresh = fresh_axis(sink)
     dtype = rng.dtype
-    if opt.op is OptOps.THREAD:
+    if opt.op is OptOps.LOCAL:
+        check_local(sink, opt, amount, name, renderer)
+        inner = UOp.range(amount, fresh, AxisKind.LOCAL, dtype)
+        new = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) * amount + inner if size > amount else inner
+    elif opt.op is OptOps.THREAD:
+        if renderer is not None and renderer.has_local:
+            raise KernelOptError(f"{name}: {opt}: {renderer.device} runs workgroups, not CPU threads (use LOCAL)")
         if any(u.op is Ops.SPECIAL for u in sink.toposort()): raise KernelOptError(f"{name}: {opt}: threaded twice")
         if renderer is not None and amount > renderer.max_threads:
             raise KernelOptError(f"{name}: {opt}: more than {renderer.max_threads} threads ({renderer.device})")
@@ -111,6 +122,19 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
                                      for r in sink.toposort() if r.op is Ops.REDUCE and rng in r.src[1:]})
     sink = substitute(sink, {rng: new})
     return graph_rewrite(sink, symbolic, name=f"opt {opt}")
+
+
+def check_local(sink: UOp, opt: Opt, amount: int, name: str, renderer: Renderer | None) -> None:
+    """A LOCAL opt fits the device: it has workgroups, and the kernel's threads per workgroup stay within its
+    local_threads (and at most 3 LOCAL axes, each within local_max)."""
+    if renderer is None: return
+    if not renderer.has_local: raise KernelOptError(f"{name}: {opt}: {renderer.device} has no workgroups")
+    locals_ = [range_size(u) for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisKind.LOCAL]
+    if len(locals_) >= len(renderer.local_max):
+        raise KernelOptError(f"{name}: {opt}: more than {len(renderer.local_max)} LOCAL axes")
+    if amount > min(renderer.local_max) or amount * math.prod(locals_) > renderer.local_threads:
+        raise KernelOptError(f"{name}: {opt}: {amount * math.prod(locals_)} threads per workgroup, more than "
+                             f"{renderer.device}'s {renderer.local_threads}")
 
 
 def fresh_axis(sink: UOp) -> int:

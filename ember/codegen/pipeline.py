@@ -8,6 +8,7 @@ prints.
 from __future__ import annotations
 
 from ember.codegen.expand import expand
+from ember.codegen.gpudims import map_launch
 from ember.codegen.linearize import linearize
 from ember.codegen.lowerer import lower
 from ember.codegen.opt import Opt, OptOps
@@ -18,6 +19,7 @@ from ember.uop.ops import GroupOp, Ops, UOp, print_graph
 
 
 def lower_optimized(sink: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Renderer) -> list[UOp]:
+    sink = map_launch(sink, renderer)  # a GPU's output loops -> workgroup and thread indices (gpudims.py)
     sink = approximate_transcendentals(sink, renderer)  # exp/log on vector lanes -> polynomials, not libm
     sink = expand(sink, renderer)  # lanes -> vectors of the renderer's width, or unrolled copies
     # a reordered kernel: sums of products by fma, where the renderer allows other last bits than the loop's order's

@@ -213,8 +213,10 @@ def format_bytes(n: int) -> str:
 def plan_memory(items: Sequence[ExecItem | LoopItem], keep: set[Buffer] | frozenset[Buffer] = frozenset()
                 ) -> MemoryPlan:
     """The memory plan of a schedule whose buffers in `keep` (inputs, outputs, anything read outside the schedule)
-    keep their own memory. Plans only; `apply()` moves the buffers into the arenas."""
-    spans = lifetimes(items, keep)
+    keep their own memory, as do the buffers of a device whose memory is not host arrays (Allocator.host: a GPU's
+    buffers are not sliced into views). Plans only; `apply()` moves the buffers into the arenas."""
+    off_host = {a.buf for a in accesses(items) if not Device[a.buf.device].allocator.host}
+    spans = lifetimes(items, set(keep) | off_host if off_host else keep)
     placements = place(spans)
     arena_bytes: dict[str, int] = {}
     for p in placements: arena_bytes[p.buf.device] = max(arena_bytes.get(p.buf.device, 0), aligned(p.end))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ember.dtype import DType, as_python_number, dtypes, promote_operands, to_dtype
-from ember.errors import ArgumentError, DTypeError, ShapeError
+from ember.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from ember.uop.ops import Ops, UOp, arg_key, constant_of
 
 if TYPE_CHECKING:
@@ -97,6 +97,10 @@ class ElementwiseMixin:
     def _operands(self: Tensor, op: str, *others: Any, dtype: DType | None = None) -> list[Tensor]:
         """self and `others` as tensors of one dtype (promoted, or `dtype`) broadcast to one shape."""
         from ember.tensor import Tensor
+        for o in others:
+            if isinstance(o, Tensor) and o.device != self.device:
+                raise DeviceError(f"{op}: tensors on two devices, {self.device} and {o.device}; move one with "
+                                  f".to({self.device!r})")
         if dtype is None and len(others) == 1:  # the common cases, decided without the promotion tables
             other = others[0]
             if isinstance(other, Tensor) and other.dtype is self.dtype and other.shape == self.shape:

@@ -157,10 +157,11 @@ def render_float_to_int(ctx: RenderContext, x: UOp) -> str:
     bits = float_to_int_via(x.dtype)
     wide_type = dtypes.int64 if bits == 64 else dtypes.int32
     low = lang.const(-2**(bits - 1), wide_type)
-    wide = f"(({a})>=-0x1p{bits - 1}&&({a})<0x1p{bits - 1}?({lang.type_of(wide_type)})({a}):{low})"
+    f = "" if x.src[0].dtype.scalar is dtypes.float64 else "f"  # (bounds of the source's type: no double needed)
+    wide = f"(({a})>=-0x1p{bits - 1}{f}&&({a})<0x1p{bits - 1}{f}?({lang.type_of(wide_type)})({a}):{low})"
     if x.dtype.scalar is dtypes.uint64:
         u64 = lang.type_of(dtypes.uint64)
-        wide = f"(({a})>=0x1p63&&({a})<0x1p64?({u64})({a}):({u64}){wide})"
+        wide = f"(({a})>=0x1p63{f}&&({a})<0x1p64{f}?({u64})({a}):({u64}){wide})"
     return wide if x.dtype.itemsize * 8 == bits and x.dtype.kind == "i" else f"(({lang.type_of(x.dtype)}){wide})"
 
 
@@ -236,6 +237,7 @@ class CStyleRenderer(Renderer):
     buffer_space = ""  # the address space of a buffer parameter (OpenCL's __global)
     restrict = "restrict"
     tangent_functions = False  # whether the prelude defines the tangent_product_* functions
+    long_suffix = "ll"  # of a 64-bit integer literal
     matcher = pm_render_c
 
     # ---- the dialect ---------------------------------------------------------------------------------------------
@@ -243,7 +245,8 @@ class CStyleRenderer(Renderer):
     def type_of(self, dtype: DType) -> str:
         """The type of a value; a bfloat16 value computes in float, and memory holds its 16 bits."""
         if isinstance(dtype, PtrDType):
-            if dtype.base.scalar in (dtypes.bfloat16,) or dtype.base.scalar in self.storage_only: return "uint16_t*"
+            if dtype.base.scalar is dtypes.bfloat16 or dtype.base.scalar in self.storage_only:
+                return self.types[dtypes.uint16] + "*"
             return self.type_of(dtype.base) + "*"
         if dtype.scalar is dtypes.bfloat16 or dtype.scalar in self.storage_only: return "float"
         if dtype.scalar not in self.types or dtype.scalar in self.unsupported:
@@ -259,7 +262,7 @@ class CStyleRenderer(Renderer):
         """An exact literal of `value` in `dtype`."""
         if dtype.is_bool: return "1" if value else "0"
         if dtype.is_int:
-            wide = "ll" if dtype.itemsize == 8 else ""
+            wide = self.long_suffix if dtype.itemsize == 8 else ""
             if dtype.is_unsigned: return f"{value}u{wide}"
             if value == dtype.min: return f"({value + 1}{wide}-1)"  # -2**31 is not a literal
             return f"{value}{wide}"
@@ -277,7 +280,7 @@ class CStyleRenderer(Renderer):
 
     def bitcast(self, x: UOp, a: str) -> str:
         """Reinterpret the bits; a bfloat16 value lives in a float register, so its bits go through bf16_bits/load."""
-        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load((uint16_t)({a}))"
+        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(({self.types[dtypes.uint16]})({a}))"
         if x.src[0].dtype.scalar is dtypes.bfloat16: return f"(({self.type_of(x.dtype)})bf16_bits({a}))"
         return f"((union {{{self.type_of(x.src[0].dtype)} in; {self.type_of(x.dtype)} out;}}){{.in={a}}}).out"
 

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from ember.device import (
     Compiled,
     Compiler,
     cache_write,
+    describe_compile_error,
     discard_damaged,
     read_cached,
     scratch_dir,
@@ -178,16 +178,6 @@ class CCompiler(Compiler):
                                   capture_output=True, text=True)
             if proc.returncode != 0: raise CompileError(describe_compile_error(self.cc, src, proc.stderr))
             with open(out, "rb") as f: return f.read()
-
-
-def describe_compile_error(compiler: str, src: str, output: str) -> str:
-    """The compiler's output, then the source around the first line it complains about, that line marked."""
-    lines = src.split("\n")
-    match = re.search(r":(\d+):(?:\d+:)? (?:fatal )?error", output)
-    bad = int(match.group(1)) if match else None
-    shown = range(max(1, bad - 3), min(len(lines), bad + 3) + 1) if bad else range(1, len(lines) + 1)
-    listing = "\n".join(f"{'>>' if n == bad else '  '} {n:4d} | {lines[n - 1]}" for n in shown)
-    return f"{compiler} failed to compile a kernel:\n{output.strip()}\n--- source ---\n{listing}"
 
 
 def vector_bytes(target: str) -> int:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from ember.codegen.rangeify import STRAIGHT_UNROLL, branching_axes, stride_one_window
 from ember.device import Buffer, buffer_of, buffer_uop
 from ember.dtype import dtypes
+from ember.errors import DeviceError
 from ember.helpers import UNROLL, prod
 from ember.schedule.folds import share_folds
 from ember.uop.fold import body_with, fold_parts
@@ -482,7 +483,11 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | Lo
             if len(pending) < len(together): continue
             stores = pending
         ast, bufs = kernel_ast(stores, views)
-        items.append(ExecItem(ast, [buffer_of(b) for b in bufs], len(stores)))
+        item = ExecItem(ast, [buffer_of(b) for b in bufs], len(stores))
+        if strangers := sorted({b.device for b in item.bufs} - {device}):
+            raise DeviceError(f"schedule: a kernel on {device} reads a buffer on {', '.join(strangers)}; move the "
+                              f"tensor with .to({device!r}) first")
+        items.append(item)
     views |= {old: views[new] for old, new in moved.items() if new in views}  # the graph as the caller holds it
     return items, views | {req: views.get(out, out) for req, out in zip(requested, outputs, strict=True)}
 

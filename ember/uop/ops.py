@@ -81,9 +81,10 @@ class GroupOp:
 
 
 class AxisKind(enum.Enum):
-    """What a RANGE loops over: an output axis (GLOBAL, split across threads), a sequential LOOP, a REDUCE axis."""
+    """What a RANGE loops over: an output axis (GLOBAL, split across threads), a sequential LOOP, a REDUCE axis, the
+    lanes of an UPCAST or UNROLL, the threads of a workgroup (LOCAL: codegen/gpudims.py makes them thread ids)."""
 
-    GLOBAL = "g"; LOOP = "l"; REDUCE = "r"; UPCAST = "u"; UNROLL = "ur"  # noqa: E702
+    GLOBAL = "g"; LOOP = "l"; REDUCE = "r"; UPCAST = "u"; UNROLL = "ur"; LOCAL = "lo"  # noqa: E702
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,58 @@
+"""The launch grid: a kernel's output loops become thread indices on a device with workgroups (Renderer.has_local).
+
+Before: an optimized kernel (opts applied) whose output loops are RANGEs: kinds GLOBAL and LOOP, and LOCAL where a
+        LOCAL opt split off the threads of a workgroup.
+After:  the output loops that every store sits in and whose size is known replaced by SPECIAL nodes: `gidx<d>`, the
+        index of the thread's workgroup in grid dimension d, and `lidx<d>`, the thread's index in its workgroup. The
+        innermost loop is dimension 0 (x: the dimension with the largest limit on CUDA). The rest stay loops that
+        each thread runs: reduce loops, a symbolic size's loop, a loop only some outputs have.
+
+    for r0 in 0..4, for r1 in 0..64 (LOCAL 16: r1 = r1o*16 + l2)  ->  gidx1 in 0..4, gidx0 in 0..4, lidx0 in 0..16
+
+More than three loops of one kind share the last dimension: one index over the product of their sizes, each loop
+its quotient and remainder. A loop longer than the device's limit for its dimension stays a loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ember.renderer import Renderer
+from ember.uop.ops import AxisKind, Ops, UOp
+from ember.uop.symbolic import symbolic
+from ember.uop.upat import graph_rewrite, substitute
+
+GRID_KINDS = (AxisKind.GLOBAL, AxisKind.LOOP)
+
+
+def map_launch(sink: UOp, renderer: Renderer) -> UOp:
+    """`sink` with its output loops made thread indices (see the module docstring); unchanged off a GPU."""
+    if not renderer.has_local: return sink
+    stores = [u for u in sink.toposort() if u.op is Ops.STORE]
+    if not stores: return sink
+    common = set(stores[0].ranges).intersection(*(st.ranges for st in stores[1:]))
+    fixed = sorted((r for r in common if r.src[0].op is Ops.CONST), key=lambda r: r.arg.axis, reverse=True)
+    grid = [r for r in fixed if r.arg.kind in GRID_KINDS]
+    local = [r for r in fixed if r.arg.kind is AxisKind.LOCAL]
+    mapping = indices(grid, "gidx", renderer.global_max) | indices(local, "lidx", renderer.local_max)
+    return graph_rewrite(substitute(sink, mapping), symbolic, name="launch grid") if mapping else sink
+
+
+def indices(loops: list[UOp], prefix: str, limits: tuple[int, ...]) -> dict[UOp, UOp]:
+    """Each of `loops` (innermost first) -> its thread index: one dimension each while there are dimensions, the
+    outermost sharing the last one; a loop that does not fit its dimension's limit is left out (it stays a loop)."""
+    loops = [r for r in loops if int(r.src[0].arg) <= (limits[-1] if limits else 0) or
+             int(r.src[0].arg) <= (limits[0] if limits else 0)]
+    mapping: dict[UOp, UOp] = {}
+    for d in range(min(len(loops), len(limits))):
+        group = loops[d:d + 1] if d < len(limits) - 1 else loops[d:]  # the last dimension takes the outer rest
+        while group and math.prod(int(r.src[0].arg) for r in group) > limits[d]: group = group[:-1]
+        if not group: continue
+        size = math.prod(int(r.src[0].arg) for r in group)
+        index = UOp(Ops.SPECIAL, group[0].dtype, (UOp.const(group[0].dtype, size),), f"{prefix}{d}")
+        stride = 1
+        for r in group:  # innermost first: the fastest-moving part of the index
+            n = int(r.src[0].arg)
+            mapping[r] = (index // stride) % n if len(group) > 1 else index
+            stride *= n
+    return mapping

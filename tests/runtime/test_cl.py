@@ -1,0 +1,96 @@
+"""The CL device (OpenCL through libOpenCL, PoCL here): kernels rendered in OpenCL C, launched over workgroups, with
+the CPU's results. The op suite runs on it with DEVICE=CL (tests/conftest.py); these test what is CL's own: the
+dialect, the launch grid, half as a storage type, errors that name the problem. Skipped with the reason where no
+OpenCL platform is installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import Tensor
+from ember.codegen import get_program
+from ember.codegen.opt import KernelOptError, Opt, OptOps
+from ember.device import Device
+from ember.errors import CompileError, DeviceError
+
+try:
+    CL = Device["CL"]
+except DeviceError as e:
+    pytest.skip(f"CL: {e}", allow_module_level=True)
+
+
+def cl(a: np.ndarray) -> Tensor: return Tensor(a, device="CL")
+
+
+def test_elementwise_and_reduce_equal_the_cpu() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, (37, 53)).astype(np.float32)
+    for fn in (lambda t: (t * 2 + 1).exp().sum(1), lambda t: t.max(0).values, lambda t: t.softmax(-1),
+               lambda t: t @ t.T):
+        np.testing.assert_allclose(fn(cl(x)).numpy(), fn(Tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_integers_are_exact_and_never_trap() -> None:
+    a = np.array([7, -7, 2**31 - 1, -2**31, 5, 0], np.int32)
+    b = np.array([2, 2, -1, -1, 0, 3], np.int32)
+    for fn in (lambda x, y: x // y, lambda x, y: x % y, lambda x, y: x << (y & 31), lambda x, y: x * y + 1):
+        np.testing.assert_array_equal(fn(cl(a), cl(b)).numpy(), fn(Tensor(a), Tensor(b)).numpy())
+
+
+def test_float_to_int_and_bool_memory() -> None:
+    x = np.array([np.nan, np.inf, -np.inf, 3.7, -3.7, 3e9], np.float32)
+    np.testing.assert_array_equal(cl(x).cast("int32").numpy(), Tensor(x).cast("int32").numpy())
+    mask = cl(x) > 0
+    assert mask.dtype.name == "bool" and mask.numpy().tolist() == (Tensor(x) > 0).numpy().tolist()
+
+
+def test_half_is_stored_as_half_and_rounds_after_every_op() -> None:
+    """PoCL has no cl_khr_fp16: half computes in float, rounded to half after each op, which gives half's bits."""
+    x = np.random.default_rng(1).uniform(-8, 8, 1000).astype(np.float16)
+    for fn in (lambda t: t * t + t, lambda t: (t / 3).sqrt() - 1, lambda t: t.sum()):
+        got, want = fn(cl(np.abs(x))).numpy(), fn(Tensor(np.abs(x))).numpy()
+        assert got.dtype == np.float16
+        np.testing.assert_array_equal(got, want)
+
+
+def test_more_than_three_output_axes_share_the_last_grid_dimension() -> None:
+    a = np.arange(2 * 3 * 4 * 5 * 6, dtype=np.int32).reshape(2, 3, 4, 5, 6)
+    np.testing.assert_array_equal((cl(a).permute(4, 2, 0, 3, 1) * 3).numpy(), a.transpose(4, 2, 0, 3, 1) * 3)
+
+
+def test_kernels_run_in_workgroups() -> None:
+    (item,) = (cl(np.ones((64, 64), np.float32)).exp() + 1).schedule()
+    spec = get_program(item.ast, CL.renderer)
+    assert "__kernel void" in spec.src and "get_local_id(0)" in spec.src
+    assert spec.local_size is not None and 1 < np.prod(spec.local_size) <= CL.renderer.local_threads
+    assert np.prod(spec.global_size) * np.prod(spec.local_size) == 64 * 64
+
+
+def test_local_opts_are_checked_against_the_device() -> None:
+    (item,) = (cl(np.ones((64, 64, 64), np.float32)).exp() + 1).schedule()
+    with pytest.raises(KernelOptError, match="threads per workgroup"):  # 64 ** 3: more than any device has
+        get_program(item.ast, CL.renderer, opts=[Opt(OptOps.LOCAL, 0, 64)] * 3)
+    with pytest.raises(KernelOptError, match="runs workgroups, not CPU threads"):
+        get_program(item.ast, CL.renderer, opts=[Opt(OptOps.THREAD, 0, 2)])
+    (cpu_item,) = (Tensor(np.ones((64, 64), np.float32)).exp() + 1).schedule()
+    with pytest.raises(KernelOptError, match="has no workgroups"):
+        get_program(cpu_item.ast, Device["CPU"].renderer, opts=[Opt(OptOps.LOCAL, 0, 4)])
+
+
+def test_a_build_error_shows_the_log_and_the_line() -> None:
+    src = "__kernel void broken(__global float* data0) {\n  data0[0] = undefined_name;\n}\n"
+    with pytest.raises(CompileError, match=r"(?s)undefined_name.*>>\s+2 \|"):
+        CL.compiler.compile(src)
+
+
+def test_two_devices_in_one_op_is_an_error_naming_both() -> None:
+    with pytest.raises(DeviceError, match="CPU and CL"):
+        Tensor([1.0, 2.0]) + cl(np.array([1.0, 2.0], np.float32))
+
+
+def test_to_moves_between_devices() -> None:
+    x = np.arange(6, dtype=np.float32)
+    t = Tensor(x).to("CL")
+    assert t.device == "CL" and (t + 1).to("CPU").device == "CPU"
+    np.testing.assert_array_equal((t + 1).to("CPU").numpy(), x + 1)
