@@ -82,6 +82,10 @@ class Allocator:
             self.kept.setdefault(nbytes, []).append(raw)
             self.kept_bytes += nbytes
 
+    def alias(self, raw: Any) -> Any:
+        """Another handle on the memory of `raw`, which `free` never keeps for reuse (a numpy view)."""
+        return raw[:]
+
     def copyin(self, dest: Any, src: memoryview) -> None:
         np.copyto(dest[:src.nbytes], np.frombuffer(src, dtype=np.uint8))
 

@@ -35,6 +35,12 @@ REDUCE_TOL = {"rtol": 1e-5, "atol": 1e-6}
 DEVICE_TOL = {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2), "float32": (2e-4, 1e-5), "float64": (1e-12, 1e-14)}
 
 
+def cpu_only(why: str) -> pytest.MarkDecorator:
+    """Marks a test of what only the CPU device does (its thread pool, memory plans of host arrays): skipped, with
+    `why`, when the tests run on another device (DEVICE=CL)."""
+    return pytest.mark.skipif(Device.DEFAULT != "CPU", reason=f"CPU only: {why}")
+
+
 def tolerance(dtype: str, rtol: float, atol: float) -> tuple[float, float]:
     """(rtol, atol) for a float result of `dtype` on the device the tests run on (Device.DEFAULT)."""
     if Device.DEFAULT == "CPU" or dtype not in DEVICE_TOL: return rtol, atol

@@ -7,6 +7,7 @@ prints.
 
 from __future__ import annotations
 
+from ember.codegen.decompose import decompose
 from ember.codegen.expand import expand
 from ember.codegen.gpudims import map_launch
 from ember.codegen.linearize import linearize
@@ -25,6 +26,7 @@ def lower_optimized(sink: UOp, opts: list[Opt] | tuple[Opt, ...], renderer: Rend
     # a reordered kernel: sums of products by fma, where the renderer allows other last bits than the loop's order's
     contract = renderer.reassociates and any(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in opts)
     sink = lower(sink, contract)  # REDUCE -> accumulator loops; every RANGE closed by an END
+    sink = decompose(sink, renderer)  # ops the renderer lacks -> ops it has (decompose.py)
     if DEBUG >= 5: print(print_graph(sink))
     return linearize(sink)  # DAG -> ordered list
 

@@ -665,7 +665,7 @@ class jit:  # noqa: N801  (a decorator, named as torch.jit and jax.jit are)
         # buffer through kernelize.computed, which a replay must not swap for the next call's input
         aliases = [Buffer(b.device, b.size, b.dtype) for b in buffers]
         for alias, b in zip(aliases, buffers, strict=True):
-            alias._raw = b.raw[:]  # a view: never put back for reuse by its own freeing
+            alias._raw = Device[b.device].allocator.alias(b.raw)  # never put back for reuse by its own freeing
             alias.__dict__["base"] = b  # and the buffer whose memory it is lives as long: a lazy value kept from the
             # call (self.cache = x * 2) reads it
         before = [t.uop for t in tensors]

@@ -12,8 +12,9 @@ Every field of Renderer is read by a codegen stage; a new target is a subclass t
 - `vectorizes_loops`: the compiler vectorizes plain loops itself (heuristic).
 - `supported_ops`: the ALU ops it prints; codegen/decompose.py rewrites the others into ops it has.
 - `storage_only`: dtypes it loads and stores but has no arithmetic for (half on an OpenCL device without
-  cl_khr_fp16): codegen/decompose.py computes them in float32, and an op it cannot express raises a DTypeError.
-- `unsupported`: dtypes it has no memory for at all; kernels that touch one raise a DTypeError naming the device.
+  cl_khr_fp16): the C-style walk computes them in float32, rounded back after every op.
+- `unsupported`: dtypes it has no memory for at all; a kernel that touches one raises a DTypeError naming the
+  device.
 """
 
 from __future__ import annotations

@@ -111,7 +111,10 @@ class CLMemory:
         check(status.value, f"clCreateBuffer of {nbytes:,} bytes")
 
     def __del__(self) -> None:
-        if (handle := self.__dict__.get("handle")) is not None: self.ctx.cl.clReleaseMemObject(handle)
+        try:
+            if (handle := self.__dict__.get("handle")) is not None: self.ctx.cl.clReleaseMemObject(handle)
+        except (TypeError, AttributeError):  # at exit (see CLProgram.__del__)
+            pass
 
 
 class CLAllocator(Allocator):
@@ -132,6 +135,8 @@ class CLAllocator(Allocator):
         return mem
 
     def free(self, raw: Any, nbytes: int) -> None: pass  # (released when collected)
+
+    def alias(self, raw: CLMemory) -> CLMemory: return raw  # (free keeps nothing)
 
     def copyin(self, dest: CLMemory, src: memoryview) -> None:
         if not src.nbytes: return
@@ -210,8 +215,12 @@ class CLProgram:
         check(status.value, f"clCreateKernel {spec.name}")
 
     def __del__(self) -> None:
-        if (kernel := self.__dict__.get("kernel")) is not None: self.ctx.cl.clReleaseKernel(void_p(kernel))
-        if (program := self.__dict__.get("program")) is not None: self.ctx.cl.clReleaseProgram(void_p(program))
+        try:
+            if (kernel := self.__dict__.get("kernel")) is not None: self.ctx.cl.clReleaseKernel(ctypes.c_void_p(kernel))
+            if (program := self.__dict__.get("program")) is not None:
+                self.ctx.cl.clReleaseProgram(ctypes.c_void_p(program))
+        except (TypeError, AttributeError):  # at exit, when ctypes may be gone: the process frees it all
+            pass
 
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
         cl, kernel = self.ctx.cl, void_p(self.kernel)

@@ -26,6 +26,7 @@ from ember.engine.jit import stored_buffer
 from ember.engine.memory import MemoryPlan
 from ember.nn import Linear
 from ember.nn.optim import SGD, Adam
+from tests.helpers import cpu_only
 from tests.test_random_programs import Program, ints, leaf, perm, weights
 
 
@@ -93,6 +94,7 @@ def test_random_program_replays_equal_eager(seed: int) -> None:
     assert f.replay is not None
 
 
+@cpu_only("kernels on the thread pool")
 def test_large_threaded_kernels_replay_equal_eager() -> None:
     """512x512 operands: kernels that run on the thread pool inside the native graph."""
     def fn(x: Tensor, y: Tensor) -> Tensor: return ((x * y + 1).sqrt() @ y.T).relu().sum(1)
@@ -148,6 +150,7 @@ def test_training_loop_jitted_equals_eager(optimizer: Callable[[list[Tensor]], A
     assert len(set(jit_losses)) == len(jit_losses)  # the loss changes: the replays updated the parameters
 
 
+@cpu_only("a replay's state buffers alternate on the CPU; on CL each step takes a new one (not done)")
 def test_a_state_buffer_is_reused_only_when_nothing_reads_it() -> None:
     """A replay writes a parameter's new value into the buffer it left at the call before, when nothing else refers
     to that buffer: a snapshot of an old value (a detached view, the old tensor's graph) keeps its values."""
@@ -542,6 +545,7 @@ def chain(x: Tensor, w: Tensor) -> Tensor:
     return (h @ w.T).sum(0)
 
 
+@cpu_only("memory plans slice arenas of host memory; device buffers keep their own (not done on CL)")
 def test_memory_plan_of_a_chain_saves_memory(capsys: pytest.CaptureFixture[str]) -> None:
     """The replay's plan puts intermediates in one arena (peak below the unplanned total); DEBUG=2 prints it when the
     replay is built (the second call); the planned replays still equal eager."""
