@@ -418,32 +418,41 @@ class _DeviceRegistry:
     KNOWN: dict[str, tuple[str, str]] = {
         "CPU": ("ember.runtime.ops_cpu", "a C compiler (apt-get install gcc, or clang)"),
         "CL": ("ember.runtime.ops_cl", "an OpenCL platform (apt-get install ocl-icd-libopencl1 pocl-opencl-icd)"),
+        "CUDA": ("ember.runtime.ops_cuda", "an NVIDIA driver, and pip install nvidia-cuda-nvrtc==13.5.37"),
+        # NULL:<target> compiles for the target and runs nothing (runtime/ops_null.py)
+        "NULL": ("ember.runtime.ops_null", "the target's compiler (NULL:CUDA: pip install nvidia-cuda-nvrtc==13.5.37)"),
     }
 
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
-        self.DEFAULT = os.getenv("DEVICE", "CPU").upper()
+        self.DEFAULT = self.canonicalize(os.getenv("DEVICE", "CPU")) if os.getenv("DEVICE", "CPU").split(":")[0] \
+            .upper() in self.KNOWN else os.getenv("DEVICE", "CPU").upper()
 
     def canonicalize(self, name: str) -> str:
-        """'cpu', 'CPU:0' -> 'CPU'; raises DeviceError naming the known devices."""
-        base = name.split(":")[0].upper()
-        if base not in self.KNOWN:
+        """'cpu', 'CPU:0' -> 'CPU'; 'null:cuda' -> 'NULL:CUDA' (a NULL device keeps its target, 'NULL' alone is
+        NULL:CUDA); raises DeviceError naming the known devices."""
+        parts = name.upper().split(":")
+        if parts[0] not in self.KNOWN:
             raise DeviceError(f"Device: unknown device {name!r}; available: {', '.join(self.KNOWN)}")
-        return base
+        return f"NULL:{parts[1] if len(parts) > 1 else 'CUDA'}" if parts[0] == "NULL" else parts[0]
 
     def cached(self, name: str) -> Compiled | None:
         """The device if it is open (without opening it: a buffer freed at exit must not start a compiler)."""
-        return self._opened.get(name.split(":")[0].upper())
+        try:
+            return self._opened.get(self.canonicalize(name))
+        except DeviceError:
+            return None
 
     def __getitem__(self, name: str) -> Compiled:
-        base = self.canonicalize(name)
-        if base not in self._opened:
+        full = self.canonicalize(name)
+        if full not in self._opened:
+            base, *target = full.split(":")
             module, install = self.KNOWN[base]
             try:
-                self._opened[base] = importlib.import_module(module).open_device()
+                self._opened[full] = importlib.import_module(module).open_device(*target)
             except (ImportError, OSError, FileNotFoundError) as e:
-                raise DeviceError(f"Device: {base} is not available here ({e}); install {install}") from e
-        return self._opened[base]
+                raise DeviceError(f"Device: {full} is not available here ({e}); install {install}") from e
+        return self._opened[full]
 
 
 Device = _DeviceRegistry()

@@ -126,13 +126,17 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
 
 def check_local(sink: UOp, opt: Opt, amount: int, name: str, renderer: Renderer | None) -> None:
     """A LOCAL opt fits the device: it has workgroups, and the kernel's threads per workgroup stay within its
-    local_threads (and at most 3 LOCAL axes, each within local_max)."""
+    local_threads, at most len(local_max) LOCAL axes, none longer than the longest local_max (gpudims leaves one
+    that fits no dimension a loop)."""
     if renderer is None: return
     if not renderer.has_local: raise KernelOptError(f"{name}: {opt}: {renderer.device} has no workgroups")
     locals_ = [range_size(u) for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisKind.LOCAL]
     if len(locals_) >= len(renderer.local_max):
         raise KernelOptError(f"{name}: {opt}: more than {len(renderer.local_max)} LOCAL axes")
-    if amount > min(renderer.local_max) or amount * math.prod(locals_) > renderer.local_threads:
+    if amount > max(renderer.local_max):
+        raise KernelOptError(f"{name}: {opt}: {amount} threads along one axis, more than {renderer.device}'s "
+                             f"{max(renderer.local_max)}")
+    if amount * math.prod(locals_) > renderer.local_threads:
         raise KernelOptError(f"{name}: {opt}: {amount * math.prod(locals_)} threads per workgroup, more than "
                              f"{renderer.device}'s {renderer.local_threads}")
 
