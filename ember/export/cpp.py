@@ -148,10 +148,9 @@ class CppRenderer(CRenderer):
         unqualified sin(x) would find that namespace instead."""
         return super().libm(f"::{name}", dtype, *args)
 
-    def bitcast(self, x: UOp, a: str) -> str:
-        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(static_cast<std::uint16_t>({a}))"
-        if x.src[0].dtype.scalar is dtypes.bfloat16: return f"static_cast<{c_type(x.dtype)}>(bf16_bits({a}))"
-        return f"bit_cast<{c_type(x.dtype)}>({a})"
+    def reinterpret(self, src: DType, dst: DType, a: str) -> str:
+        if src.is_int and dst.is_int: return f"static_cast<{c_type(dst)}>({a})"
+        return f"bit_cast<{c_type(dst)}>({a})"
 
     def tangent_product(self, ctx: RenderContext, x: UOp) -> str:
         """Tested for its NaN only in the kernel's checked instance (export/optimistic.py)."""

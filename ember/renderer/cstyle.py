@@ -279,10 +279,20 @@ class CStyleRenderer(Renderer):
         return f"(({self.type_of(dtype)}){name}f({', '.join(f'(float)({a})' for a in args)}))"
 
     def bitcast(self, x: UOp, a: str) -> str:
-        """Reinterpret the bits; a bfloat16 value lives in a float register, so its bits go through bf16_bits/load."""
-        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(({self.types[dtypes.uint16]})({a}))"
-        if x.src[0].dtype.scalar is dtypes.bfloat16: return f"(({self.type_of(x.dtype)})bf16_bits({a}))"
-        return f"((union {{{self.type_of(x.src[0].dtype)} in; {self.type_of(x.dtype)} out;}}){{.in={a}}}).out"
+        """Reinterpret the bits; a bfloat16 (or storage-only half) value lives in a float register, so its bits go
+        through bf16_bits/bf16_load (half_bits/half_load)."""
+        src, dst, u16 = x.src[0].dtype.scalar, x.dtype.scalar, dtypes.uint16
+        if dst is dtypes.bfloat16: return f"bf16_load({self.reinterpret(src, u16, a)})"
+        if src is dtypes.bfloat16: return self.reinterpret(u16, dst, f"bf16_bits({a})")
+        if dst in self.storage_only: return f"half_load({self.reinterpret(src, u16, a)})"
+        if src in self.storage_only: return self.reinterpret(u16, dst, f"half_bits({a})")
+        return self.reinterpret(src, dst, a)
+
+    def reinterpret(self, src: DType, dst: DType, a: str) -> str:
+        """The bits of `a` (of type src) as a value of type dst, of the same size: a conversion between integers,
+        a union otherwise (C99)."""
+        if src.is_int and dst.is_int: return f"(({self.types[dst]})({a}))"
+        return f"((union {{{self.type_of(src)} in; {self.type_of(dst)} out;}}){{.in={a}}}).out"
 
     def load(self, ptr: str, idx: UOp) -> str:
         """The value at `ptr` (a bfloat16 or storage-only half widened to float)."""

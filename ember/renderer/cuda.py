@@ -27,6 +27,8 @@ __device__ inline uint16_t bf16_bits(float f) {
 __device__ inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
 __device__ inline float half_load(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ inline uint16_t half_bits(float f) {
+  uint32_t b = __float_as_uint(f);  /* a NaN keeps its sign and top payload bits, quiet (as x86's and numpy's) */
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((b >> 16) & 0x8000u) | 0x7e00u | ((b >> 13) & 0x3ffu));
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
 __device__ inline float half_round(float f) { return half_load(half_bits(f)); }
@@ -59,12 +61,7 @@ class CUDARenderer(CStyleRenderer):
         single = (0x7FC00000 if value != value else 0x7F800000) | (1 << 31 if value < 0 else 0)
         return f"(({self.type_of(dtype)})__uint_as_float({single}u))"
 
-    def bitcast(self, x: UOp, a: str) -> str:
-        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(ember_bit_cast<uint16_t>({a}))"
-        if x.src[0].dtype.scalar is dtypes.bfloat16: return f"ember_bit_cast<{self.type_of(x.dtype)}>(bf16_bits({a}))"
-        if x.dtype.scalar is dtypes.float16: return f"half_load(ember_bit_cast<uint16_t>({a}))"
-        if x.src[0].dtype.scalar is dtypes.float16: return f"ember_bit_cast<{self.type_of(x.dtype)}>(half_bits({a}))"
-        return f"ember_bit_cast<{self.type_of(x.dtype)}>({a})"
+    def reinterpret(self, src: DType, dst: DType, a: str) -> str: return f"ember_bit_cast<{self.types[dst]}>({a})"
 
     def load_half(self, ptr: str) -> str: return f"half_load(*{ptr})"
 

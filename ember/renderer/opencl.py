@@ -30,7 +30,11 @@ ushort bf16_bits(float f) {
 float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
 """
 
-HALF_ROUND = """ushort half_bits(float f) { ushort u; vstore_half(f, 0, (half*)&u); return u; }
+HALF_ROUND = """ushort half_bits(float f) {
+  uint b = as_uint(f);  /* a NaN keeps its sign and top payload bits, quiet (as x86's conversion and numpy's) */
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (ushort)(((b >> 16) & 0x8000u) | 0x7e00u | ((b >> 13) & 0x3ffu));
+  ushort u; vstore_half(f, 0, (half*)&u); return u;
+}
 float half_load(ushort u) { return vload_half(0, (half*)&u); }
 float half_round(float f) { return half_load(half_bits(f)); }
 """
@@ -71,12 +75,7 @@ class OpenCLRenderer(CStyleRenderer):
     def libm(self, name: str, dtype: DType, *args: str) -> str:
         return f"{name}({', '.join(args)})"  # overloaded for float and double; a half is computed as a float
 
-    def bitcast(self, x: UOp, a: str) -> str:
-        if x.dtype.scalar is dtypes.bfloat16: return f"bf16_load(as_ushort({a}))"
-        if x.src[0].dtype.scalar is dtypes.bfloat16: return f"as_{self.type_of(x.dtype)}(bf16_bits({a}))"
-        if x.dtype.scalar in self.storage_only: return f"half_load(as_ushort({a}))"
-        if x.src[0].dtype.scalar in self.storage_only: return f"as_{self.type_of(x.dtype)}(half_bits({a}))"
-        return f"as_{self.type_of(x.dtype)}({a})"
+    def reinterpret(self, src: DType, dst: DType, a: str) -> str: return f"as_{self.types[dst]}({a})"
 
     def load(self, ptr: str, idx: UOp) -> str:
         if idx.dtype.base.scalar is dtypes.bool: return f"((bool)*{ptr})"

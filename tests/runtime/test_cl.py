@@ -94,3 +94,13 @@ def test_to_moves_between_devices() -> None:
     t = Tensor(x).to("CL")
     assert t.device == "CL" and (t + 1).to("CPU").device == "CPU"
     np.testing.assert_array_equal((t + 1).to("CPU").numpy(), x + 1)
+
+
+def test_bitcasts_give_the_cpus_bits() -> None:
+    """Bit casts between same-size types, through bfloat16 and half held in float registers; a NaN converted to half
+    keeps its sign and top payload bits, quiet, as the CPU's conversion does (not PoCL's 0x7fff)."""
+    x = np.array([1.5, -2.25, np.inf, np.nan, -np.nan, 1e-8], np.float32)
+    for fn in (lambda t: t.bitcast("int32"), lambda t: t.cast("bfloat16").bitcast("int16"),
+               lambda t: t.cast("float16").bitcast("int16"), lambda t: t.bitcast("uint32").bitcast("float32"),
+               lambda t: t.cast("float16").bitcast("int16").bitcast("float16").cast("float32").bitcast("int32")):
+        np.testing.assert_array_equal(fn(cl(x)).numpy(), fn(Tensor(x)).numpy())
