@@ -423,10 +423,28 @@ class _DeviceRegistry:
         "NULL": ("ember.runtime.ops_null", "the target's compiler (NULL:CUDA: pip install nvidia-cuda-nvrtc==13.5.37)"),
     }
 
+    # the devices Device.DEFAULT may pick, best first: a GPU that runs kernels, else the CPU (PoCL's CL runs on the
+    # CPU too, slower than the CPU device's own code: it is used when asked for, DEVICE=CL)
+    PREFERRED = ("CUDA", "CPU")
+    LISTED = ("CPU", "CL", "CUDA", "NULL:CUDA", "NULL:CL")  # what devices() reports on
+
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
-        self.DEFAULT = self.canonicalize(os.getenv("DEVICE", "CPU")) if os.getenv("DEVICE", "CPU").split(":")[0] \
-            .upper() in self.KNOWN else os.getenv("DEVICE", "CPU").upper()
+        wanted = os.getenv("DEVICE", "")
+        if not wanted: self.DEFAULT = self.best()
+        else: self.DEFAULT = self.canonicalize(wanted) if wanted.split(":")[0].upper() in self.KNOWN else wanted.upper()
+
+    def why_not(self, name: str) -> str | None:
+        """None where device `name` opens here, else why not (with what to install)."""
+        try:
+            self[name]
+        except DeviceError as e:
+            return str(e)
+        return None
+
+    def best(self) -> str:
+        """The first of PREFERRED that opens here (the CPU, which needs only a C compiler, where none does)."""
+        return next((name for name in self.PREFERRED[:-1] if self.why_not(name) is None), self.PREFERRED[-1])
 
     def canonicalize(self, name: str) -> str:
         """'cpu', 'CPU:0' -> 'CPU'; 'null:cuda' -> 'NULL:CUDA' (a NULL device keeps its target, 'NULL' alone is
@@ -456,3 +474,12 @@ class _DeviceRegistry:
 
 
 Device = _DeviceRegistry()
+
+
+def devices() -> dict[str, str]:
+    """Every device ember knows, with "available" or the reason it is not here (and what to install):
+
+    >>> devices()["CPU"]
+    'available'
+    """
+    return {name: Device.why_not(name) or "available" for name in Device.LISTED}
