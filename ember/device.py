@@ -416,7 +416,7 @@ class _DeviceRegistry:
 
     # name -> (module, what to install when it fails to load)
     KNOWN: dict[str, tuple[str, str]] = {
-        "CPU": ("ember.runtime.ops_cpu", "a C compiler (apt-get install gcc, or clang)"),
+        "CPU": ("ember.runtime.cpu", "a C compiler (apt-get install gcc, or clang)"),
         "CL": ("ember.runtime.ops_cl", "an OpenCL platform (apt-get install ocl-icd-libopencl1 pocl-opencl-icd)"),
         "CUDA": ("ember.runtime.ops_cuda", "an NVIDIA driver, and pip install nvidia-cuda-nvrtc==13.5.37"),
         # NULL:<target> compiles for the target and runs nothing (runtime/ops_null.py)

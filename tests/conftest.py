@@ -41,6 +41,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):  # type: ignore[no-untyped-
     try:
         return (yield)
     except NullDeviceError:  # (DEVICE=NULL:...: every kernel up to the first read compiled)
+        if pyfuncitem.get_closest_marker("xfail"): pytest.skip("NULL device: compiled; its expected failure is a value")
         return True
 
 

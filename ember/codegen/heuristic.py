@@ -62,12 +62,24 @@ def stride_one(offset: UOp, rng: UOp, group: int = 1) -> bool:
 
 
 WORKGROUP_THREADS = 256  # the threads the heuristic puts in a workgroup, at most
+GROUP_THREADS = 64  # the most threads a GROUP gives one reduction
+GROUP_OUTPUTS = 4096  # a kernel with fewer outputs than this has too few threads without a GROUP
 
 
 def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
-    """LOCAL opts for a device with workgroups: the output axes of known size, innermost first, each split by the
-    largest divisor of its size that keeps the workgroup within WORKGROUP_THREADS (and the device's limits)."""
+    """Opts for a device with workgroups. A kernel with few outputs (under GROUP_OUTPUTS) and a long reduce loop
+    gets its innermost reduce axis split across up to GROUP_THREADS threads (GROUP); then the output axes of known
+    size, innermost first, are split by the largest divisor of their size that keeps the workgroup within
+    WORKGROUP_THREADS and the device's limits (LOCAL, applied before the GROUP, whose slots count them)."""
     budget = min(WORKGROUP_THREADS, renderer.local_threads)
+    group: tuple[int, int] | None = None  # (axis id, threads) of the reduction split across a workgroup
+    outputs = prod(range_size(a) for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a))
+    reduce_axes = [a for a in kernel_axes(sink) if a.arg.kind is AxisKind.REDUCE and fixed(a)]
+    if renderer.has_shared and renderer.reassociates and reduce_axes and outputs < GROUP_OUTPUTS:
+        last = reduce_axes[-1]
+        size = range_size(last)
+        amount = max((n for n in range(2, min(size, GROUP_THREADS, budget) + 1) if size % n == 0), default=0)
+        if amount >= 8: group, budget = (last.arg.axis, amount), budget // amount
     amounts: dict[int, int] = {}  # axis id -> threads along it, innermost first
     for a in sorted((a for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a)),
                     key=lambda a: -a.arg.axis)[:len(renderer.local_max)]:
@@ -82,6 +94,9 @@ def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         index = next(i for i, a in enumerate(kernel_axes(sink)) if a.arg.axis == axis_id)  # (the id gpudims orders by)
         opts.append(Opt(OptOps.LOCAL, index, amount))
         sink = apply_opt(sink, opts[-1], renderer=renderer)
+    if group is not None:
+        opts.append(Opt(OptOps.GROUP, next(i for i, a in enumerate(kernel_axes(sink)) if a.arg.axis == group[0]),
+                        group[1]))
     return opts
 
 

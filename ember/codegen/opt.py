@@ -23,6 +23,7 @@ import enum
 import math
 from dataclasses import dataclass
 
+from ember.codegen.group import GroupError, group_reduce
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, RangeArg, UOp
 from ember.uop.symbolic import symbolic
@@ -36,6 +37,7 @@ class OptOps(enum.Enum):
     UNROLL = "UN"  # reduce axis -> outer loop x lanes (vector partial results or independent accumulators)
     THREAD = "TH"  # output axis -> one slice per CPU core
     LOCAL = "LO"  # output axis -> workgroups x threads of a workgroup
+    GROUP = "GR"  # reduce axis -> threads of a workgroup, partials met in shared memory (codegen/group.py)
     SWAP = "SW"  # exchange the nesting of two output loops (amount: the other axis)
 
 
@@ -88,9 +90,10 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
             return upcast_symbolic(sink, rng, amount, fresh_axis(sink), opt)
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size (only UPCAST splits one)")
     size = range_size(rng)
-    if reduces != (opt.op is OptOps.UNROLL):
+    on_reduce = opt.op in (OptOps.UNROLL, OptOps.GROUP)
+    if reduces != on_reduce:
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is {'a reduce' if reduces else 'an output'} axis; "
-                             f"{opt.op.name} applies to {'reduce' if opt.op is OptOps.UNROLL else 'output'} axes")
+                             f"{opt.op.name} applies to {'reduce' if on_reduce else 'output'} axes")
     if opt.op is OptOps.UPCAST and 2 <= amount < 2 * size and size % amount:
         return upcast_padded(sink, rng, amount, fresh_axis(sink), opt)
     if amount < 2 or size % amount:
@@ -99,7 +102,14 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
         raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}{padding}")
     fresh = fresh_axis(sink)
     dtype = rng.dtype
+    if opt.op is OptOps.GROUP:
+        try:
+            return group_reduce(sink, rng, amount, fresh, renderer)
+        except GroupError as e:
+            raise KernelOptError(f"{name}: {opt}: {e}") from None
     if opt.op is OptOps.LOCAL:
+        if any(u.op is Ops.DEFINE_LOCAL for u in sink.toposort()):
+            raise KernelOptError(f"{name}: {opt}: LOCAL after GROUP (a GROUP's slots count the LOCALs before it)")
         check_local(sink, opt, amount, name, renderer)
         inner = UOp.range(amount, fresh, AxisKind.LOCAL, dtype)
         new = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) * amount + inner if size > amount else inner

@@ -131,7 +131,7 @@ def narrow_memory(lang: CStyleRenderer, idx: UOp) -> bool:
     that only stores it (storage_only)."""
     scalar = idx.dtype.base.scalar
     return (scalar is dtypes.bfloat16 or scalar in lang.storage_only) and \
-        idx.dtype.addrspace is not AddrSpace.REG  # type: ignore[attr-defined]
+        idx.dtype.addrspace is AddrSpace.GLOBAL  # type: ignore[attr-defined]  (registers and shared memory: float)
 
 
 def render_shift(ctx: RenderContext, x: UOp) -> str:
@@ -238,6 +238,8 @@ class CStyleRenderer(Renderer):
     restrict = "restrict"
     tangent_functions = False  # whether the prelude defines the tangent_product_* functions
     long_suffix = "ll"  # of a 64-bit integer literal
+    shared_space = ""  # the qualifier of an array in workgroup-shared memory (OpenCL's __local)
+    barrier = ""  # the statement that waits for every thread of the workgroup
     matcher = pm_render_c
 
     # ---- the dialect ---------------------------------------------------------------------------------------------
@@ -372,6 +374,11 @@ class CStyleRenderer(Renderer):
             elif u.op is Ops.DEFINE_REG:
                 names[u] = fresh("acc")
                 body.append(f"{pad}{self.type_of(u.dtype.base)} {names[u]}[{u.dtype.size}];")
+            elif u.op is Ops.DEFINE_LOCAL:
+                names[u] = f"temp{u.arg}"
+                body.append(f"{pad}{self.shared_space}{self.type_of(u.dtype.base)} {names[u]}[{u.dtype.size}];")
+            elif u.op is Ops.BARRIER:
+                body.append(f"{pad}{self.barrier}")
             elif u.op is Ops.RANGE:
                 names[u] = f"r{u.arg.axis}"
                 body.append(f"{pad}for ({self.type_of(u.dtype)} {names[u]} = 0; {names[u]} < {names[u.src[0]]}; "

@@ -47,6 +47,8 @@ class CUDARenderer(CStyleRenderer):
     prelude = CUDA_PRELUDE
     kernel_prefix = 'extern "C" __global__ '
     restrict = "__restrict__"
+    shared_space = "__shared__ "
+    barrier = "__syncthreads();"
     storage_only = frozenset({dtypes.float16})
     global_max = (2**31 - 1, 65535, 65535)
     local_max = (1024, 1024, 64)

@@ -49,6 +49,9 @@ class OpenCLRenderer(CStyleRenderer):
     kernel_prefix = "__kernel "
     buffer_space = "__global "
     long_suffix = "l"
+    has_shared = True
+    shared_space = "__local "
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
 
     def __init__(self, local_max: tuple[int, ...] = (1024, 1024, 1024), local_threads: int = 1024,
                  global_max: tuple[int, ...] = (2**31 - 1,) * 3, shared_max: int = 32768, fp64: bool = True,

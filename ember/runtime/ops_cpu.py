@@ -21,9 +21,7 @@ import time
 from typing import Any
 
 from ember.device import (
-    Allocator,
     Buffer,
-    Compiled,
     Compiler,
     cache_write,
     describe_compile_error,
@@ -368,13 +366,3 @@ def loadable_file(name: str, lib: bytes, cached: bool = True) -> str:
     scratch = os.path.join(scratch_dir(), name)  # private to this process: what is there, it wrote
     if not os.path.exists(scratch): write_atomically(scratch, lib)
     return scratch
-
-
-def open_device() -> Compiled:
-    compiler = CCompiler()
-    from ember.runtime.graph import NativeGraph  # (graph.py builds on this module)
-    target = native_target(compiler.cc)
-    renderer = CRenderer(vector_bytes(target), cpu_cores(), task_entries=True,
-                         vector_registers=vector_registers(target))
-    return Compiled("CPU", Allocator(), renderer, compiler, functools.partial(CPUProgram, compiler=compiler),
-                    graph=NativeGraph)

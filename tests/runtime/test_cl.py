@@ -104,3 +104,32 @@ def test_bitcasts_give_the_cpus_bits() -> None:
                lambda t: t.cast("float16").bitcast("int16"), lambda t: t.bitcast("uint32").bitcast("float32"),
                lambda t: t.cast("float16").bitcast("int16").bitcast("float16").cast("float32").bitcast("int32")):
         np.testing.assert_array_equal(fn(cl(x)).numpy(), fn(Tensor(x)).numpy())
+
+
+@pytest.mark.parametrize("shape", [(4, 1000), (3, 5, 64), (1, 4096)])
+def test_grouped_reductions_meet_in_shared_memory(shape: tuple[int, ...]) -> None:
+    """A kernel with few outputs splits its reduction across a workgroup (GROUP): partials in __local memory, a
+    barrier, one thread stores. Sums regroup (rounding within a sum's tolerance); max, min and integer sums exact."""
+    x = np.random.default_rng(2).uniform(-3, 3, shape).astype(np.float32)
+    (item,) = cl(x).sum(-1).schedule()
+    spec = get_program(item.ast, CL.renderer)
+    assert any(o.op is OptOps.GROUP for o in spec.opts) and "__local" in spec.src and "barrier(" in spec.src
+    for fn in (lambda t: t.sum(-1), lambda t: t.mean(-1), lambda t: t.var(-1), lambda t: t.softmax(-1)):
+        np.testing.assert_allclose(fn(cl(x)).numpy(), fn(Tensor(x)).numpy(), rtol=1e-5, atol=1e-5)
+    for fn in (lambda t: t.max(-1).values, lambda t: t.min(-1).values, lambda t: t.argmax(-1)):
+        np.testing.assert_array_equal(fn(cl(x)).numpy(), fn(Tensor(x)).numpy())
+    ints = (x * 100).astype(np.int32)
+    np.testing.assert_array_equal(cl(ints).sum(-1).numpy(), Tensor(ints).sum(-1).numpy())
+
+
+def test_group_is_checked_against_the_device() -> None:
+    (item,) = cl(np.ones((4, 1024), np.float32)).sum(1).schedule()
+    with pytest.raises(KernelOptError, match="grouped twice"):
+        get_program(item.ast, CL.renderer, opts=[Opt(OptOps.GROUP, 1, 4), Opt(OptOps.GROUP, 1, 4)])
+    with pytest.raises(KernelOptError, match="LOCAL after GROUP"):
+        get_program(item.ast, CL.renderer, opts=[Opt(OptOps.GROUP, 1, 4), Opt(OptOps.LOCAL, 0, 4)])
+    with pytest.raises(KernelOptError, match="applies to reduce axes"):
+        get_program(item.ast, CL.renderer, opts=[Opt(OptOps.GROUP, 0, 4)])
+    (cpu_item,) = Tensor(np.ones((4, 1024), np.float32)).sum(1).schedule()
+    with pytest.raises(KernelOptError, match="no workgroups with shared memory"):
+        get_program(cpu_item.ast, Device["CPU"].renderer, opts=[Opt(OptOps.GROUP, 1, 4)])
