@@ -11,7 +11,8 @@ After (Opt(GROUP, axis, n), n dividing S): each of n threads l of a workgroup re
                                       acc = REDUCE(temp[slot(l2)], l2);  if (l == 0) out[...] = acc
 
 `slot(l)` also counts the threads of the LOCAL opts applied before (the workgroup's other dimensions), so that each
-thread of a workgroup has a slot of its own. l is a LOCAL range: codegen/gpudims.py makes it a thread index. The
+thread of a workgroup has a slot of its own; a LOCAL or UPCAST after a GROUP is refused (opt.py), and so is a GROUP
+after an UPCAST (its lanes would need a slot each). l is a LOCAL range: codegen/gpudims.py makes it a thread index. The
 partials are summed in another order than a loop's: a device that must give a loop's bits (Renderer.reassociates
 False) gets no GROUP.
 """
@@ -35,6 +36,8 @@ def check_group(sink: UOp, amount: int, renderer: Renderer | None) -> list[UOp]:
     """The LOCAL ranges the kernel has already (the other dimensions of its workgroups); GroupError where a GROUP by
     `amount` does not fit the device."""
     if any(u.op is Ops.DEFINE_LOCAL for u in sink.toposort()): raise GroupError("grouped twice")
+    if any(u.op is Ops.RANGE and u.arg.kind is AxisKind.UPCAST for u in sink.toposort()):
+        raise GroupError("a GROUP after an UPCAST (expand.py does not copy a barrier per lane)")
     others = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisKind.LOCAL),
                     key=lambda r: r.arg.axis)
     if renderer is None: return others

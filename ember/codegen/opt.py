@@ -84,6 +84,9 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
     if not 0 <= opt.axis < len(axes): raise KernelOptError(f"{name}: {opt}: no axis {opt.axis} ({len(axes)} axes)")
     rng = axes[opt.axis]
     amount, reduces = opt.amount, rng.arg.kind is AxisKind.REDUCE
+    if opt.op in (OptOps.LOCAL, OptOps.UPCAST) and any(u.op is Ops.DEFINE_LOCAL for u in sink.toposort()):
+        raise KernelOptError(f"{name}: {opt}: {opt.op.name} after GROUP (a GROUP's slots count the LOCALs and "
+                             f"UPCASTs before it)")
     if opt.op is OptOps.SWAP: return swap(sink, rng, axes, opt, name)  # (loop order: any size)
     if rng.src[0].op is not Ops.CONST:
         if opt.op is OptOps.UPCAST and rng.arg.kind is not AxisKind.REDUCE and 2 <= amount:
@@ -108,8 +111,6 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
         except GroupError as e:
             raise KernelOptError(f"{name}: {opt}: {e}") from None
     if opt.op is OptOps.LOCAL:
-        if any(u.op is Ops.DEFINE_LOCAL for u in sink.toposort()):
-            raise KernelOptError(f"{name}: {opt}: LOCAL after GROUP (a GROUP's slots count the LOCALs before it)")
         check_local(sink, opt, amount, name, renderer)
         inner = UOp.range(amount, fresh, AxisKind.LOCAL, dtype)
         new = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) * amount + inner if size > amount else inner

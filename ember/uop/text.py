@@ -37,6 +37,8 @@ def value_text(x: object, numbered: dict[UOp, int]) -> str:
     if isinstance(x, tuple | list) and type(x) in (tuple, list):  # not a namedtuple: its fields would be lost
         inner = ",".join(value_text(v, numbered) for v in x)
         return f"({inner})" if type(x) is tuple else f"[{inner}]"
+    if type(x) in (frozenset, set):  # (its members' texts in order: a set's own order varies between processes)
+        return "{" + ",".join(sorted(value_text(v, numbered) for v in x)) + "}"  # type: ignore[union-attr]
     if isinstance(x, dict) and type(x) is dict:
         return "{" + ",".join(f"{value_text(k, numbered)}:{value_text(v, numbered)}" for k, v in x.items()) + "}"
     if isinstance(x, UOp):

@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember import Tensor
+from ember import Context, Tensor
 from ember.codegen import get_program
 from ember.codegen.opt import KernelOptError, Opt, OptOps
+from ember.codegen.rangeify import rangeify
+from ember.codegen.search import actions
 from ember.device import Device
 from ember.errors import CompileError, DeviceError
 
@@ -133,3 +135,14 @@ def test_group_is_checked_against_the_device() -> None:
     (cpu_item,) = Tensor(np.ones((4, 1024), np.float32)).sum(1).schedule()
     with pytest.raises(KernelOptError, match="no workgroups with shared memory"):
         get_program(cpu_item.ast, Device["CPU"].renderer, opts=[Opt(OptOps.GROUP, 1, 4)])
+
+
+def test_beam_search_times_candidates_on_the_device() -> None:
+    """BEAM on CL: candidates (LOCAL and GROUP among them) compiled by the platform, timed on the device; the winner
+    computes what the CPU does."""
+    x = np.random.default_rng(3).uniform(-1, 1, (32, 256)).astype(np.float32)
+    (item,) = cl(x).exp().sum(1).schedule()
+    kinds = {o.op for o in actions(rangeify(item.ast), CL.renderer)}
+    assert {OptOps.LOCAL, OptOps.GROUP} <= kinds and OptOps.THREAD not in kinds
+    with Context(BEAM=1): got = cl(x).exp().sum(1).numpy()
+    np.testing.assert_allclose(got, np.exp(x).sum(1), rtol=1e-5)
