@@ -64,13 +64,15 @@ def stride_one(offset: UOp, rng: UOp, group: int = 1) -> bool:
 WORKGROUP_THREADS = 256  # the threads the heuristic puts in a workgroup, at most
 GROUP_THREADS = 64  # the most threads a GROUP gives one reduction
 GROUP_OUTPUTS = 4096  # a kernel with fewer outputs than this has too few threads without a GROUP
+PAD_BELOW, PAD_TO = 8, 32  # an output axis whose best divisor is under PAD_BELOW is padded to a multiple of PAD_TO
 
 
 def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     """Opts for a device with workgroups. A kernel with few outputs (under GROUP_OUTPUTS) and a long reduce loop
     gets its innermost reduce axis split across up to GROUP_THREADS threads (GROUP); then the output axes of known
     size, innermost first, are split by the largest divisor of their size that keeps the workgroup within
-    WORKGROUP_THREADS and the device's limits (LOCAL, applied before the GROUP, whose slots count them)."""
+    WORKGROUP_THREADS and the device's limits (LOCAL, applied before the GROUP, whose slots count them); an axis
+    whose size has no divisor of at least PAD_BELOW that fits is padded to a multiple of PAD_TO first (PADTO)."""
     budget = min(WORKGROUP_THREADS, renderer.local_threads)
     group: tuple[int, int] | None = None  # (axis id, threads) of the reduction split across a workgroup
     outputs = prod(range_size(a) for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a))
@@ -80,20 +82,23 @@ def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         size = range_size(last)
         amount = max((n for n in range(2, min(size, GROUP_THREADS, budget) + 1) if size % n == 0), default=0)
         if amount >= 8: group, budget = (last.arg.axis, amount), budget // amount
-    amounts: dict[int, int] = {}  # axis id -> threads along it, innermost first
+    amounts: dict[int, tuple[int, bool]] = {}  # axis id -> (threads along it, padded first), innermost first
     for a in sorted((a for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a)),
                     key=lambda a: -a.arg.axis)[:len(renderer.local_max)]:
         size, most = range_size(a), min(budget, renderer.local_max[len(amounts)])
         amount = max((n for n in range(2, min(size, most) + 1) if size % n == 0), default=0)
+        padded = amount < PAD_BELOW and size >= 2 * PAD_TO and most >= PAD_TO  # (a size of few divisors: 37, 1021)
+        if padded: amount = PAD_TO
         if amount < 2: continue
-        amounts[a.arg.axis] = amount
+        amounts[a.arg.axis] = (amount, padded)
         budget //= amount
         if budget < 2: break
     opts: list[Opt] = []
-    for axis_id, amount in sorted(amounts.items()):  # applied outermost first: the innermost gets the last LOCAL
+    for axis_id, (amount, padded) in sorted(amounts.items()):  # outermost first: the innermost gets the last LOCAL
         index = next(i for i, a in enumerate(kernel_axes(sink)) if a.arg.axis == axis_id)  # (the id gpudims orders by)
-        opts.append(Opt(OptOps.LOCAL, index, amount))
-        sink = apply_opt(sink, opts[-1], renderer=renderer)
+        for op in (OptOps.PADTO, OptOps.LOCAL) if padded else (OptOps.LOCAL,):
+            opts.append(Opt(op, index, amount))
+            sink = apply_opt(sink, opts[-1], renderer=renderer)
     if group is not None:
         opts.append(Opt(OptOps.GROUP, next(i for i, a in enumerate(kernel_axes(sink)) if a.arg.axis == group[0]),
                         group[1]))

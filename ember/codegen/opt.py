@@ -38,6 +38,7 @@ class OptOps(enum.Enum):
     THREAD = "TH"  # output axis -> one slice per CPU core
     LOCAL = "LO"  # output axis -> workgroups x threads of a workgroup
     GROUP = "GR"  # reduce axis -> threads of a workgroup, partials met in shared memory (codegen/group.py)
+    PADTO = "PA"  # output axis -> padded to a multiple of amount, the steps past its end gated off
     SWAP = "SW"  # exchange the nesting of two output loops (amount: the other axis)
 
 
@@ -99,6 +100,10 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
                              f"{opt.op.name} applies to {'reduce' if on_reduce else 'output'} axes")
     if opt.op is OptOps.UPCAST and 2 <= amount < 2 * size and size % amount:
         return upcast_padded(sink, rng, amount, fresh_axis(sink), opt)
+    if opt.op is OptOps.PADTO:
+        if not 2 <= amount <= 2 * size:
+            raise KernelOptError(f"{name}: {opt}: pads the size {size} to a multiple of 2 .. {2 * size}")
+        return pad_to(sink, rng, amount, opt)
     if amount < 2 or size % amount:
         padding = " (an UPCAST that does not divide its axis must be less than twice its size)" \
             if opt.op is OptOps.UPCAST and amount >= 2 else ""
@@ -194,6 +199,21 @@ def upcast_padded(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> UOp
                              u.src[0].op is Ops.DEFINE_GLOBAL and rng in u.src[1].ranges})
     sink = substitute(sink, {rng: row})
     return graph_rewrite(sink, symbolic, name=f"opt {opt}")
+
+
+def pad_to(sink: UOp, rng: UOp, amount: int, opt: Opt) -> UOp:
+    """PADTO of an output loop of fixed size S: ceil(S / amount) * amount steps, those past S gated off in every
+    access that moves with the loop (their loads read no memory, their stores write nothing), so that a later LOCAL
+    or UPCAST by `amount` divides it (a row of 1000 in workgroups of 64: 1024 threads, 24 idle)."""
+    size = range_size(rng)
+    padded = rng.replace(src=(UOp.const(rng.dtype, -(-size // amount) * amount),))
+    inside = padded < size
+
+    def gated(idx: UOp) -> UOp:  # INDEX(buf, offset[, gate]) valid only where the step is inside S
+        return idx.replace(src=(*idx.src[:2], inside if len(idx.src) < 3 else idx.src[2] & inside))
+    sink = substitute(sink, {u: gated(u) for u in sink.toposort() if u.op is Ops.INDEX and
+                             u.src[0].op is Ops.DEFINE_GLOBAL and rng in u.src[1].ranges})
+    return graph_rewrite(substitute(sink, {rng: padded}), symbolic, name=f"opt {opt}")
 
 
 def swap(sink: UOp, rng: UOp, axes: list[UOp], opt: Opt, name: str) -> UOp:

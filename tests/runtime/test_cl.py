@@ -146,3 +146,21 @@ def test_beam_search_times_candidates_on_the_device() -> None:
     assert {OptOps.LOCAL, OptOps.GROUP} <= kinds and OptOps.THREAD not in kinds
     with Context(BEAM=1): got = cl(x).exp().sum(1).numpy()
     np.testing.assert_allclose(got, np.exp(x).sum(1), rtol=1e-5)
+
+
+def test_padto_pads_an_axis_of_few_divisors_for_its_workgroups() -> None:
+    """37 x 1021 (both prime): the heuristic pads the rows to a multiple of 32 for workgroups of 32 threads; the
+    threads past the end read nothing and store nothing."""
+    x = np.random.default_rng(4).uniform(-1, 1, (37, 1021)).astype(np.float32)
+    (item,) = (cl(x) * 3 + 1).schedule()
+    spec = get_program(item.ast, CL.renderer)
+    assert Opt(OptOps.PADTO, 1, 32) in spec.opts and Opt(OptOps.LOCAL, 1, 32) in spec.opts
+    np.testing.assert_array_equal((cl(x) * 3 + 1).numpy(), (Tensor(x) * 3 + 1).numpy())
+    (item,) = cl(x).max(1).values.schedule()
+    for opts in ([Opt(OptOps.PADTO, 0, 16), Opt(OptOps.LOCAL, 0, 16)], [Opt(OptOps.PADTO, 0, 64)]):
+        spec = get_program(item.ast, CL.renderer, opts=opts)
+        program = CL.program(spec, CL.compiler.compile(spec.src))
+        program(*item.bufs)
+        np.testing.assert_array_equal(item.bufs[0].numpy(), x.max(1))
+    with pytest.raises(KernelOptError, match="PADTO applies to output axes"):
+        get_program(item.ast, CL.renderer, opts=[Opt(OptOps.PADTO, 1, 1024)])
