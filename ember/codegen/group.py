@@ -36,6 +36,9 @@ def check_group(sink: UOp, amount: int, renderer: Renderer | None) -> list[UOp]:
     """The LOCAL ranges the kernel has already (the other dimensions of its workgroups); GroupError where a GROUP by
     `amount` does not fit the device."""
     if any(u.op is Ops.DEFINE_LOCAL for u in sink.toposort()): raise GroupError("grouped twice")
+    if any(u.op is Ops.RANGE and u.arg.kind is not AxisKind.REDUCE and u.src[0].op is not Ops.CONST
+           for u in sink.toposort()):  # (it stays a loop around the barrier: gpudims maps fixed sizes only)
+        raise GroupError("an output loop of symbolic size")
     if any(u.op is Ops.RANGE and u.arg.kind is AxisKind.UPCAST for u in sink.toposort()):
         raise GroupError("a GROUP after an UPCAST (expand.py does not copy a barrier per lane)")
     others = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisKind.LOCAL),

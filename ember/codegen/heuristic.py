@@ -77,13 +77,17 @@ def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     group: tuple[int, int] | None = None  # (axis id, threads) of the reduction split across a workgroup
     outputs = prod(range_size(a) for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a))
     reduce_axes = [a for a in kernel_axes(sink) if a.arg.kind is AxisKind.REDUCE and fixed(a)]
-    if renderer.has_shared and renderer.reassociates and reduce_axes and outputs < GROUP_OUTPUTS:
+    symbolic_outputs = any(a.arg.kind is not AxisKind.REDUCE and not fixed(a) for a in kernel_axes(sink))
+    if renderer.has_shared and renderer.reassociates and reduce_axes and outputs < GROUP_OUTPUTS and \
+            not symbolic_outputs:
         last = reduce_axes[-1]
         size = range_size(last)
         amount = max((n for n in range(2, min(size, GROUP_THREADS, budget) + 1) if size % n == 0), default=0)
         if amount >= 8: group, budget = (last.arg.axis, amount), budget // amount
+    stores = [u for u in sink.toposort() if u.op is Ops.STORE]
     amounts: dict[int, tuple[int, bool]] = {}  # axis id -> (threads along it, padded first), innermost first
-    for a in sorted((a for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a)),
+    for a in sorted((a for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a) and
+                     all(a in st.ranges for st in stores)),
                     key=lambda a: -a.arg.axis)[:len(renderer.local_max)]:
         size, most = range_size(a), min(budget, renderer.local_max[len(amounts)])
         amount = max((n for n in range(2, min(size, most) + 1) if size % n == 0), default=0)

@@ -116,7 +116,7 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
         except GroupError as e:
             raise KernelOptError(f"{name}: {opt}: {e}") from None
     if opt.op is OptOps.LOCAL:
-        check_local(sink, opt, amount, name, renderer)
+        check_local(sink, rng, opt, amount, name, renderer)
         inner = UOp.range(amount, fresh, AxisKind.LOCAL, dtype)
         new = UOp.range(size // amount, rng.arg.axis, rng.arg.kind, dtype) * amount + inner if size > amount else inner
     elif opt.op is OptOps.THREAD:
@@ -140,12 +140,14 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
     return graph_rewrite(sink, symbolic, name=f"opt {opt}")
 
 
-def check_local(sink: UOp, opt: Opt, amount: int, name: str, renderer: Renderer | None) -> None:
+def check_local(sink: UOp, rng: UOp, opt: Opt, amount: int, name: str, renderer: Renderer | None) -> None:
     """A LOCAL opt fits the device: it has workgroups, and the kernel's threads per workgroup stay within its
     local_threads, at most len(local_max) LOCAL axes, none longer than the longest local_max (gpudims leaves one
     that fits no dimension a loop)."""
     if renderer is None: return
     if not renderer.has_local: raise KernelOptError(f"{name}: {opt}: {renderer.device} has no workgroups")
+    if not all(rng in st.ranges for st in sink.toposort() if st.op is Ops.STORE):
+        raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is not every output's (gpudims maps only those)")
     locals_ = [range_size(u) for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisKind.LOCAL]
     if len(locals_) >= len(renderer.local_max):
         raise KernelOptError(f"{name}: {opt}: more than {len(renderer.local_max)} LOCAL axes")

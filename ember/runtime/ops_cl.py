@@ -116,6 +116,9 @@ class CLMemory:
         status = ctypes.c_int()
         self.handle = void_p(ctx.cl.clCreateBuffer(void_p(ctx.context), ctypes.c_uint64(MEM_READ_WRITE),
                                                    size_t(max(nbytes, 1)), None, ctypes.byref(status)))
+        if status.value in (-4, -61):  # CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_INVALID_BUFFER_SIZE
+            raise MemoryError(f"CL: clCreateBuffer of {nbytes:,} bytes failed: error {status.value} "
+                              f"({'invalid buffer size' if status.value == -61 else 'allocation failure'})")
         check(status.value, f"clCreateBuffer of {nbytes:,} bytes")
 
     def __del__(self) -> None:
