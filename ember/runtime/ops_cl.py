@@ -251,15 +251,18 @@ class CLProgram:
         return time.perf_counter() - start
 
 
+def cl_renderer(ctx: CLContext) -> OpenCLRenderer:
+    """The OpenCL C renderer for the device's limits and extensions."""
+    return OpenCLRenderer(local_max=ctx.local_max, local_threads=ctx.local_threads, shared_max=ctx.shared_max,
+                          fp64="cl_khr_fp64" in ctx.extensions, fp16="cl_khr_fp16" in ctx.extensions)
+
+
 class CLDevice(Compiled):
     def synchronize(self) -> None: self.ctx.finish()
 
     def __init__(self, ctx: CLContext) -> None:
         self.ctx = ctx
-        fp16 = "cl_khr_fp16" in ctx.extensions
-        renderer = OpenCLRenderer(local_max=ctx.local_max, local_threads=ctx.local_threads,
-                                  shared_max=ctx.shared_max, fp64="cl_khr_fp64" in ctx.extensions, fp16=fp16)
-        super().__init__("CL", CLAllocator(ctx), renderer, CLCompiler(ctx),
+        super().__init__("CL", CLAllocator(ctx), cl_renderer(ctx), CLCompiler(ctx),
                          lambda spec, lib, cached=True: CLProgram(spec, lib, cached, ctx))
 
 

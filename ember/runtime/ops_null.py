@@ -44,10 +44,9 @@ def open_device(target: str = "CUDA") -> Compiled:
         from ember.runtime.ops_cuda import NVRTCCompiler
         renderer, compiler = CUDARenderer(), NVRTCCompiler()
     elif target == "CL":
-        from ember.runtime.ops_cl import CLCompiler, CLContext
+        from ember.runtime.ops_cl import CLCompiler, CLContext, cl_renderer
         ctx = CLContext()
-        from ember.runtime.ops_cl import CLDevice
-        renderer, compiler = CLDevice(ctx).renderer, CLCompiler(ctx)
+        renderer, compiler = cl_renderer(ctx), CLCompiler(ctx)
     else:
         raise DeviceError(f"NULL:{target}: no such target; NULL:CUDA and NULL:CL are known")
     renderer.device = f"NULL:{target}"
