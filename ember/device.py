@@ -59,7 +59,7 @@ class Allocator:
     its last contents, which nothing reads: every kernel stores every element of its outputs (rangeify), and copyin
     fills a whole buffer. New memory is zeroed, so that a bug reads zeros rather than another run's values."""
 
-    host = True  # its memory is numpy arrays of host memory (engine/memory.py slices arenas of it into views)
+    align = 16  # bytes: the alignment an arena's views need (numpy's own)
 
     def __init__(self) -> None:
         self.kept: dict[int, list[Any]] = {}
@@ -81,6 +81,13 @@ class Allocator:
             if self.kept_bytes + nbytes > REUSE_MAX_BYTES: return
             self.kept.setdefault(nbytes, []).append(raw)
             self.kept_bytes += nbytes
+
+    def arena(self, nbytes: int, align: int) -> Any:
+        """`nbytes` starting at an `align`-byte boundary, for engine/memory.py: `arena[a:b]` is a view of bytes a to
+        b, `arena.base` the allocation to free. Host memory: a numpy slice of an allocation align - 1 bytes bigger."""
+        raw = self.alloc(nbytes + align - 1)
+        start = -raw.ctypes.data % align
+        return raw[start:start + nbytes]
 
     def alias(self, raw: Any) -> Any:
         """Another handle on the memory of `raw`, which `free` never keeps for reuse (a numpy view)."""

@@ -25,7 +25,13 @@ from typing import Any
 from ember.device import Buffer, Device
 from ember.schedule.kernelize import ExecItem, LoopItem
 
-ALIGN = 64  # bytes: a cache line, and the widest vector load (AVX-512) never straddles two
+ALIGN = 64  # bytes: a cache line, and the widest vector load (AVX-512) never straddles two; a device whose views
+# need more (an OpenCL sub-buffer's base address alignment: 128 bytes on PoCL) gets its own (Allocator.align)
+
+
+def alignment(device: str) -> int:
+    """The alignment of the offsets in `device`'s arena: ALIGN, or the coarser one its views need."""
+    return max(ALIGN, Device[device].allocator.align)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +104,8 @@ def lifetimes(items: Sequence[ExecItem | LoopItem], keep: set[Buffer] | frozense
 def place(spans: dict[Buffer, Lifetime]) -> list[Placement]:
     """An offset for each buffer such that two on one device whose lifetimes overlap never share a byte: the largest
     first, each at the best-fitting gap (the smallest that holds it) between the buffers already placed that it
-    overlaps, else above them all. Offsets are multiples of ALIGN. O(n^2) in the buffers, a few ms for a thousand."""
+    overlaps, else above them all. Offsets are multiples of the device's alignment. O(n^2) in the buffers, a few ms
+    for a thousand."""
     placed: list[Placement] = []
     for buf in sorted(spans, key=lambda b: (-b.nbytes, spans[b].first)):
         span = spans[buf]
@@ -110,13 +117,13 @@ def place(spans: dict[Buffer, Lifetime]) -> list[Placement]:
         for p in conflicts:
             gap = p.offset - cursor
             if gap >= buf.nbytes and (best is None or gap < best_gap): best, best_gap = cursor, gap
-            cursor = max(cursor, aligned(p.end))
+            cursor = max(cursor, aligned(p.end, alignment(buf.device)))
         placed.append(Placement(buf, cursor if best is None else best, span))
     return placed
 
 
-def aligned(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN
+def aligned(nbytes: int, align: int = ALIGN) -> int:
+    return -(-nbytes // align) * align
 
 
 @dataclass(eq=False)
@@ -151,8 +158,9 @@ class MemoryPlan:
         """Allocate each device's arena (once) and give every planned buffer its view of it; returns self.
 
         Before: the planned buffers hold memory of their own or none. After: each `_raw` is its slice of the arena,
-        aligned to ALIGN; what it held before is dropped (an intermediate's first access is a write, so nothing is
-        lost). Apply before anything takes the buffers' addresses (a NativeGraph, a captured argument array)."""
+        aligned to its device's alignment; what it held before is dropped (an intermediate's first access is a write,
+        so nothing is lost). Apply before anything takes the buffers' addresses (a NativeGraph, a captured argument
+        array)."""
         for device, nbytes in self.arena_bytes.items():
             if device not in self.arenas and nbytes: self.arenas[device] = aligned_arena(device, nbytes)
         views: list[tuple[Buffer, Any]] = []
@@ -195,13 +203,9 @@ def detach_views(views: list[tuple[Buffer, Any]], arenas: list[tuple[str, Any]])
 
 
 def aligned_arena(device: str, nbytes: int) -> Any:
-    """`nbytes` of the device's memory starting at an ALIGN-byte boundary: a slice of an allocation ALIGN - 1 bytes
-    bigger (numpy aligns to 16). Host memory only: the views are numpy slices."""
-    raw = Device[device].allocator.alloc(nbytes + ALIGN - 1)
-    if not hasattr(raw, "ctypes"):
-        raise NotImplementedError(f"plan_memory: device {device}'s memory cannot be sliced into views")
-    start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes]
+    """`nbytes` of the device's memory starting at a boundary of its alignment, sliced into views by `arena[a:b]`, its
+    allocation at `.base` (Allocator.arena)."""
+    return Device[device].allocator.arena(nbytes, alignment(device))
 
 
 def format_bytes(n: int) -> str:
@@ -213,13 +217,12 @@ def format_bytes(n: int) -> str:
 def plan_memory(items: Sequence[ExecItem | LoopItem], keep: set[Buffer] | frozenset[Buffer] = frozenset()
                 ) -> MemoryPlan:
     """The memory plan of a schedule whose buffers in `keep` (inputs, outputs, anything read outside the schedule)
-    keep their own memory, as do the buffers of a device whose memory is not host arrays (Allocator.host: a GPU's
-    buffers are not sliced into views). Plans only; `apply()` moves the buffers into the arenas."""
-    off_host = {a.buf for a in accesses(items) if not Device[a.buf.device].allocator.host}
-    spans = lifetimes(items, set(keep) | off_host if off_host else keep)
+    keep their own memory. Plans only; `apply()` moves the buffers into the arenas."""
+    spans = lifetimes(items, keep)
     placements = place(spans)
     arena_bytes: dict[str, int] = {}
-    for p in placements: arena_bytes[p.buf.device] = max(arena_bytes.get(p.buf.device, 0), aligned(p.end))
+    for p in placements:
+        arena_bytes[p.buf.device] = max(arena_bytes.get(p.buf.device, 0), aligned(p.end, alignment(p.buf.device)))
     every = {id(a.buf): a.buf for a in accesses(items)}
     kept = [b for b in every.values() if b not in spans]
     return MemoryPlan(placements, kept, arena_bytes)

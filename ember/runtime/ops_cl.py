@@ -30,6 +30,7 @@ DEVICE_MAX_WORK_GROUP_SIZE, DEVICE_MAX_WORK_ITEM_SIZES = 0x1004, 0x1005
 DEVICE_LOCAL_MEM_SIZE, DEVICE_NAME, DEVICE_DRIVER_VERSION, DEVICE_EXTENSIONS = 0x1023, 0x102B, 0x102D, 0x1030
 PROGRAM_BINARY_SIZES, PROGRAM_BINARIES, PROGRAM_BUILD_LOG = 0x1165, 0x1166, 0x1183
 MEM_READ_WRITE = 1
+DEVICE_MEM_BASE_ADDR_ALIGN, BUFFER_CREATE_TYPE_REGION = 0x1019, 0x1220
 BUILD_OPTIONS = "-cl-fp32-correctly-rounded-divide-sqrt"  # (contraction is off in the source: FP_CONTRACT)
 ERRORS = {-1: "device not found", -4: "memory allocation failure", -5: "out of resources", -6: "out of host memory",
           -11: "build program failure", -30: "invalid value", -36: "invalid command queue",
@@ -47,7 +48,8 @@ def load_library() -> ctypes.CDLL:
     except OSError as e:
         raise DeviceError(f"CL: no OpenCL loader ({e}); install one and a platform: apt-get install "
                           "ocl-icd-libopencl1 pocl-opencl-icd") from e
-    for name in ("clCreateContext", "clCreateCommandQueue", "clCreateBuffer", "clCreateProgramWithSource",
+    for name in ("clCreateContext", "clCreateCommandQueue", "clCreateBuffer", "clCreateSubBuffer",
+                 "clCreateProgramWithSource",
                  "clCreateProgramWithBinary", "clCreateKernel"):
         getattr(cl, name).restype = void_p
     return cl
@@ -98,6 +100,7 @@ class CLContext:
         self.local_threads = info(cl, "clGetDeviceInfo", self.device, DEVICE_MAX_WORK_GROUP_SIZE, size_t).value
         self.local_max = tuple(info(cl, "clGetDeviceInfo", self.device, DEVICE_MAX_WORK_ITEM_SIZES, size_t * 3))
         self.shared_max = info(cl, "clGetDeviceInfo", self.device, DEVICE_LOCAL_MEM_SIZE, ctypes.c_uint64).value
+        self.base_align = info(cl, "clGetDeviceInfo", self.device, DEVICE_MEM_BASE_ADDR_ALIGN, ctypes.c_uint).value // 8
         # oclgrind (the race and bounds checker, docs/backends.md) interprets LLVM IR of an older LLVM, without the
         # intrinsics that optimizations make (llvm.fshl from a rotate): its kernels are built unoptimized
         # and its clBuildProgram is not thread-safe (it crashed in two of the compile pool's threads): one at a time
@@ -109,7 +112,9 @@ class CLContext:
 
 
 class CLMemory:
-    """A cl_mem of `nbytes`, released when collected."""
+    """A cl_mem of `nbytes`, released when collected; a view of an arena (CLArena[a:b]) has the arena as `base`."""
+
+    base: Any = None
 
     def __init__(self, ctx: CLContext, nbytes: int) -> None:
         self.ctx, self.nbytes = ctx, nbytes
@@ -128,22 +133,48 @@ class CLMemory:
             pass
 
 
+class CLArena(CLMemory):
+    """A buffer that memory plans slice: `arena[a:b]` is a sub-buffer of bytes a to b (it keeps the arena alive);
+    the arena is its own `base` (the allocation engine/memory.py hands back)."""
+
+    @property  # type: ignore[override]
+    def base(self) -> CLArena: return self
+
+    def __getitem__(self, part: slice) -> CLMemory:
+        view = CLMemory.__new__(CLMemory)
+        view.ctx, view.nbytes, view.base = self.ctx, part.stop - part.start, self
+        region, status = (size_t * 2)(part.start, view.nbytes), ctypes.c_int()
+        view.handle = void_p(self.ctx.cl.clCreateSubBuffer(self.handle, ctypes.c_uint64(MEM_READ_WRITE),
+                                                           ctypes.c_uint(BUFFER_CREATE_TYPE_REGION), region,
+                                                           ctypes.byref(status)))
+        check(status.value, f"clCreateSubBuffer of bytes {part.start}..{part.stop}")
+        return view
+
+
 class CLAllocator(Allocator):
     """Device memory: a fresh buffer is zeroed on the device; copies block until done (and so wait for every kernel
     queued before them: the queue runs in order)."""
 
-    host = False
-
     def __init__(self, ctx: CLContext) -> None:
         super().__init__()
         self.ctx = ctx
+        self.align = ctx.base_align
+
+    def arena(self, nbytes: int, align: int) -> CLArena:
+        arena = CLArena(self.ctx, nbytes)  # (a buffer's start meets every alignment the device asks)
+        self.zero(arena)
+        return arena
 
     def alloc(self, nbytes: int) -> CLMemory:
         mem = CLMemory(self.ctx, nbytes)
+        self.zero(mem)
+        return mem
+
+    def zero(self, mem: CLMemory) -> None:
         zero = ctypes.c_uint8(0)
         check(self.ctx.cl.clEnqueueFillBuffer(void_p(self.ctx.queue), mem.handle, ctypes.byref(zero), size_t(1),
-                                              size_t(0), size_t(max(nbytes, 1)), 0, None, None), "clEnqueueFillBuffer")
-        return mem
+                                              size_t(0), size_t(max(mem.nbytes, 1)), 0, None, None),
+              "clEnqueueFillBuffer")
 
     def free(self, raw: Any, nbytes: int) -> None: pass  # (released when collected)
 

@@ -545,7 +545,6 @@ def chain(x: Tensor, w: Tensor) -> Tensor:
     return (h @ w.T).sum(0)
 
 
-@cpu_only("memory plans slice arenas of host memory; device buffers keep their own (not done on CL)")
 def test_memory_plan_of_a_chain_saves_memory(capsys: pytest.CaptureFixture[str]) -> None:
     """The replay's plan puts intermediates in one arena (peak below the unplanned total); DEBUG=2 prints it when the
     replay is built (the second call); the planned replays still equal eager."""
