@@ -22,6 +22,7 @@ import ember.engine.realize as realize
 import ember.schedule.cache as schedule_cache
 from ember import Tensor
 from ember.device import Device
+from ember.errors import DeviceError
 from ember.export import Arg
 from ember.helpers import cache_dir
 
@@ -33,6 +34,20 @@ REDUCE_TOL = {"rtol": 1e-5, "atol": 1e-6}
 # accurate to the ulp bounds OpenCL sets (exp 3 ulp, pow 16), not correctly rounded as glibc's mostly are, and a
 # chain of them (a gradient of mish) carries those ulps further
 DEVICE_TOL = {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2), "float32": (2e-4, 1e-5), "float64": (1e-12, 1e-14)}
+
+
+def device_or_skip(name: str) -> Any:
+    """The device `name`, opened; where it cannot be opened here, the calling test module is skipped with the
+    reason (what to install)."""
+    try:
+        return Device[name]
+    except DeviceError as e:
+        pytest.skip(f"{name}: {e}", allow_module_level=True)
+
+
+def tensor_on(name: str) -> Callable[[np.ndarray], Tensor]:
+    """A maker of Tensors on device `name` from numpy arrays."""
+    return lambda a: Tensor(a, device=name)
 
 
 def cpu_only(why: str) -> pytest.MarkDecorator:

@@ -15,14 +15,10 @@ from ember.codegen.rangeify import rangeify
 from ember.codegen.search import actions
 from ember.device import Device
 from ember.errors import CompileError, DeviceError
+from tests.helpers import device_or_skip, tensor_on
 
-try:
-    CL = Device["CL"]
-except DeviceError as e:
-    pytest.skip(f"CL: {e}", allow_module_level=True)
-
-
-def cl(a: np.ndarray) -> Tensor: return Tensor(a, device="CL")
+CL = device_or_skip("CL")
+cl = tensor_on("CL")
 
 
 def test_elementwise_and_reduce_equal_the_cpu() -> None:

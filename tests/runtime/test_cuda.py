@@ -6,19 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember import Tensor
 from ember.codegen import get_program
 from ember.device import Device
 from ember.errors import CompileError, DeviceError
 from ember.runtime.ops_null import NullCounters, NullDeviceError
+from tests.helpers import device_or_skip, tensor_on
 
-try:
-    NULL = Device["NULL:CUDA"]
-except DeviceError as e:
-    pytest.skip(f"NULL:CUDA: {e}", allow_module_level=True)
-
-
-def null(a: np.ndarray) -> Tensor: return Tensor(a, device="NULL:CUDA")
+NULL = device_or_skip("NULL:CUDA")
+null = tensor_on("NULL:CUDA")
 
 
 def test_kernels_of_every_dtype_compile_to_a_cubin() -> None:
