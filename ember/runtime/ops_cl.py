@@ -292,7 +292,7 @@ class CLDevice(Compiled):
     def synchronize(self) -> None: self.ctx.finish()
 
     def __init__(self, ctx: CLContext) -> None:
-        self.ctx = ctx
+        self.ctx, self.device_name = ctx, ctx.name
         super().__init__("CL", CLAllocator(ctx), cl_renderer(ctx), CLCompiler(ctx),
                          lambda spec, lib, cached=True: CLProgram(spec, lib, cached, ctx))
 
