@@ -30,29 +30,33 @@ def map_launch(sink: UOp, renderer: Renderer) -> UOp:
     if not renderer.has_local: return sink
     stores = [u for u in sink.toposort() if u.op is Ops.STORE]
     if not stores: return sink
-    common = set(stores[0].ranges).intersection(*(st.ranges for st in stores[1:]))
-    fixed = sorted((r for r in common if r.src[0].op is Ops.CONST), key=lambda r: r.arg.axis, reverse=True)
-    grid = [r for r in fixed if r.arg.kind in GRID_KINDS]
-    local = [r for r in fixed if r.arg.kind is AxisKind.LOCAL]
+    common = sorted(set(stores[0].ranges).intersection(*(st.ranges for st in stores[1:])), key=lambda r: r.arg.axis,
+                    reverse=True)
+    grid = [r for r in common if r.arg.kind in GRID_KINDS]
+    local = [r for r in common if r.arg.kind is AxisKind.LOCAL and r.src[0].op is Ops.CONST]
     mapping = indices(grid, "gidx", renderer.global_max) | indices(local, "lidx", renderer.local_max)
     return graph_rewrite(substitute(sink, mapping), symbolic, name="launch grid") if mapping else sink
 
 
 def indices(loops: list[UOp], prefix: str, limits: tuple[int, ...]) -> dict[UOp, UOp]:
     """Each of `loops` (innermost first) -> its thread index: one dimension each while there are dimensions, the
-    outermost sharing the last one; a loop that does not fit its dimension's limit is left out (it stays a loop)."""
-    loops = [r for r in loops if int(r.src[0].arg) <= (limits[-1] if limits else 0) or
-             int(r.src[0].arg) <= (limits[0] if limits else 0)]
+    outermost sharing the last one; a loop that does not fit its dimension's limit is left out (it stays a loop). A
+    loop of symbolic size (a batch) gets a dimension of its own, of its symbolic size (at its maximum within the
+    limit), and shares none."""
+    def most(r: UOp) -> int: return int(r.src[0].vmax)
+    loops = [r for r in loops if most(r) <= max(limits, default=0)]
     mapping: dict[UOp, UOp] = {}
     for d in range(min(len(loops), len(limits))):
         group = loops[d:d + 1] if d < len(limits) - 1 else loops[d:]  # the last dimension takes the outer rest
-        while group and math.prod(int(r.src[0].arg) for r in group) > limits[d]: group = group[:-1]
+        if len(group) > 1: group = [r for r in group if r.src[0].op is Ops.CONST]  # (a symbolic one shares none)
+        while group and math.prod(most(r) for r in group) > limits[d]: group = group[:-1]
         if not group: continue
-        size = math.prod(int(r.src[0].arg) for r in group)
-        index = UOp(Ops.SPECIAL, group[0].dtype, (UOp.const(group[0].dtype, size),), f"{prefix}{d}")
+        size = math.prod(most(r) for r in group) if len(group) > 1 else group[0].src[0]
+        size = size if isinstance(size, UOp) else UOp.const(group[0].dtype, size)
+        index = UOp(Ops.SPECIAL, group[0].dtype, (size,), f"{prefix}{d}")
         stride = 1
         for r in group:  # innermost first: the fastest-moving part of the index
-            n = int(r.src[0].arg)
+            n = most(r)
             mapping[r] = (index // stride) % n if len(group) > 1 else index
             stride *= n
     return mapping

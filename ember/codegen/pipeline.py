@@ -14,8 +14,8 @@ from ember.codegen.linearize import linearize
 from ember.codegen.lowerer import lower
 from ember.codegen.opt import Opt, OptOps
 from ember.codegen.transcendental import approximate_transcendentals
-from ember.helpers import DEBUG, prod
-from ember.renderer import ProgramSpec, Renderer, launch_dims
+from ember.helpers import DEBUG
+from ember.renderer import ProgramSpec, Renderer, launch_dims, most_threads
 from ember.uop.ops import GroupOp, Ops, UOp, print_graph
 
 
@@ -49,7 +49,7 @@ def program_spec(ast: UOp, name: str, uops: list[UOp], renderer: Renderer, opts:
 def estimate_work(uops: list[UOp]) -> tuple[int, int]:
     """(ALU ops, bytes loaded and stored) the kernel executes, counting each loop's trip count."""
     flops = mem = 0
-    trips = [prod(prod(size) for size in launch_dims(uops) if size is not None)]  # every thread runs the kernel
+    trips = [most_threads(uops)]  # every thread runs the kernel
     for u in uops:
         if u.op is Ops.RANGE: trips.append(trips[-1] * int(u.src[0].vmax))  # (a symbolic loop: at its most)
         elif u.op is Ops.END: trips.pop()

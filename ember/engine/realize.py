@@ -37,7 +37,7 @@ from ember.helpers import (
     colored,
     source_hash,
 )
-from ember.renderer import ProgramSpec, Renderer
+from ember.renderer import SIZE_OPS, ProgramSpec, Renderer, Size
 from ember.schedule import cache as schedule_cache
 from ember.schedule.kernelize import ExecItem, LoopItem, computed, is_constant, kernels
 from ember.schedule.unbind import rebind, unbind
@@ -119,7 +119,7 @@ def prepare_runners(kernels: list[tuple[str, UOp]]) -> None:
 
 # ---- the program cache -------------------------------------------------------------------------------------------
 
-PROGRAM_FORMAT = "ember program 5"  # bump when the entry's fields change
+PROGRAM_FORMAT = "ember program 6"  # bump when the entry's fields change
 # flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
 NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB",
                                "EMBER_MAX_CXX_BYTES"})
@@ -175,9 +175,9 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
         d = json.loads(data)
         if entry_checksum(key, {k: v for k, v in d.items() if k != "sha256"}) != d["sha256"]: return None
         src, outputs = d["src"], tuple(d["outputs"])
-        global_size, local_size = tuple(d["global_size"]), d["local_size"]
+        global_size, local_size = tuple(as_size(g) for g in d["global_size"]), d["local_size"]
         local_size = None if local_size is None else tuple(local_size)
-        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], *outputs, *global_size, *(local_size or ()))
+        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], *outputs, *(local_size or ()))
         if not (isinstance(src, str) and isinstance(d["name"], str) and isinstance(d["device"], str) and
                 all(type(n) is int for n in counts) and all(isinstance(o, str) for o in d["opts"] + d["variables"])):
             return None
@@ -186,6 +186,14 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
                            tuple(d["variables"]))
     except (ValueError, KeyError, TypeError, AttributeError, StopIteration):  # JSONDecodeError, UnicodeDecodeError too
         return None
+
+
+def as_size(x: object) -> Size:
+    """A launch size read back from JSON: an int, or a symbolic size (renderer.size_form) whose lists were tuples."""
+    if type(x) is int: return x
+    if isinstance(x, list) and x and x[0] == "var" and len(x) == 2 and isinstance(x[1], str): return ("var", x[1])
+    if isinstance(x, list) and len(x) == 3 and x[0] in SIZE_OPS.values(): return (x[0], as_size(x[1]), as_size(x[2]))
+    raise ValueError(f"not a launch size: {x!r}")
 
 
 def print_schedule(schedule: list[ExecItem | LoopItem], indent: str = "") -> None:

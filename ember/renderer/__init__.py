@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ember.dtype import DType, dtypes
+from ember.helpers import prod
 from ember.uop.ops import Ops, UOp
 
 
@@ -80,7 +81,7 @@ class ProgramSpec:
     flops: int  # ALU ops executed
     mem_bytes: int  # bytes loaded and stored (upper bound: every access counted)
     opts: tuple = ()  # the Opts applied (codegen/opt.py)
-    global_size: tuple[int, ...] = (1,)
+    global_size: tuple[Size, ...] = (1,)
     local_size: tuple[int, ...] | None = None  # None: the device has no workgroups (the CPU)
     variables: tuple[str, ...] = ()  # the names of its symbolic sizes, the order their values follow the buffers in
 
@@ -94,15 +95,51 @@ class ProgramSpec:
     @property
     def threads(self) -> int:
         """How many times the CPU runs the kernel, once per core."""
-        return self.global_size[0] if self.local_size is None else 1
+        return int(self.global_size[0]) if self.local_size is None else 1  # type: ignore[call-overload]
+
+    def grid(self, vals: tuple[int, ...] = ()) -> tuple[int, ...]:
+        """The global size for these values of `variables` (a symbolic size evaluated)."""
+        if all(isinstance(g, int) for g in self.global_size): return self.global_size  # type: ignore[return-value]
+        values = dict(zip(self.variables, vals, strict=True))
+        return tuple(size_value(g, values) for g in self.global_size)
 
 
-def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+Size = int | tuple  # a launch size: an int, or a symbolic one as a nested tuple (size_form)
+
+SIZE_OPS = {Ops.ADD: "add", Ops.MUL: "mul", Ops.IDIV: "div", Ops.MOD: "mod", Ops.MAX: "max"}
+
+
+def size_form(u: UOp) -> Size:
+    """A launch size as a value the program cache can keep (JSON) and size_value computes: an int, ("var", name),
+    or (op, a, b) over ADD, MUL, IDIV, MOD and MAX of the variables' values."""
+    if u.op is Ops.CONST: return int(u.arg)
+    if u.op is Ops.DEFINE_VAR: return ("var", u.arg.name)
+    if u.op is Ops.BIND: return size_form(u.src[0])
+    if u.op in SIZE_OPS: return (SIZE_OPS[u.op], *(size_form(s) for s in u.src))
+    raise NotImplementedError(f"launch size: no form for {u.op.name}")
+
+
+def size_value(size: Size, values: dict[str, int]) -> int:
+    """The int a launch size has for these variable values."""
+    if isinstance(size, int): return size
+    if size[0] == "var": return values[size[1]]
+    a, b = (size_value(s, values) for s in size[1:])
+    return {"add": a + b, "mul": a * b, "div": a // b if b else 0, "mod": a % b if b else 0, "max": max(a, b)}[size[0]]
+
+
+def launch_dims(uops: list[UOp]) -> tuple[tuple[Size, ...], tuple[int, ...] | None]:
     """(global size, local size) of a linearized kernel, read from its SPECIAL nodes: `core` (the CPU's slices), or
-    `gidx<d>` (workgroup d's index) and `lidx<d>` (a thread's index in its workgroup)."""
-    specials = {u.arg: int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL}
+    `gidx<d>` (workgroup d's index) and `lidx<d>` (a thread's index in its workgroup). A grid dimension over a loop
+    of symbolic size has a symbolic size (size_form)."""
+    specials = {u.arg: size_form(u.src[0]) for u in uops if u.op is Ops.SPECIAL}
     if "core" in specials: return (specials["core"],), None
     if not specials: return (1,), None
     dims = 1 + max(int(name[4:]) for name in specials)
-    return (tuple(specials.get(f"gidx{d}", 1) for d in range(dims)),
-            tuple(specials.get(f"lidx{d}", 1) for d in range(dims)))
+    local = tuple(specials.get(f"lidx{d}", 1) for d in range(dims))
+    assert all(isinstance(n, int) for n in local), f"a symbolic workgroup size {local}"
+    return tuple(specials.get(f"gidx{d}", 1) for d in range(dims)), local  # type: ignore[return-value]
+
+
+def most_threads(uops: list[UOp]) -> int:
+    """How many threads (or CPU slices) run the kernel at most: its launch at the variables' maxima."""
+    return prod(int(u.src[0].vmax) for u in uops if u.op is Ops.SPECIAL)

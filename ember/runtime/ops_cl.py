@@ -243,9 +243,10 @@ class CLProgram:
     def __init__(self, spec: ProgramSpec, lib: bytes, cached: bool = True, ctx: CLContext | None = None) -> None:
         assert ctx is not None
         self.ctx, self.name, cl = ctx, spec.name, ctx.cl
-        local = spec.local_size or (1,) * len(spec.global_size)
+        self.spec, local = spec, spec.local_size or (1,) * len(spec.global_size)
         self.dims = len(spec.global_size)
-        self.global_size = (size_t * self.dims)(*(g * w for g, w in zip(spec.global_size, local, strict=True)))
+        self.symbolic = not all(isinstance(g, int) for g in spec.global_size)
+        self.global_size = None if self.symbolic else self.threads(spec.grid())
         self.local_size = (size_t * self.dims)(*local)
         status = ctypes.c_int()
         length, binary = size_t(len(lib)), ctypes.c_char_p(lib)
@@ -256,6 +257,11 @@ class CLProgram:
         build(ctx, self.program, None)
         self.kernel = cl.clCreateKernel(void_p(self.program), spec.name.encode(), ctypes.byref(status))
         check(status.value, f"clCreateKernel {spec.name}")
+
+    def threads(self, grid: tuple[int, ...]) -> Any:
+        """OpenCL's global work size: workgroups times the threads of each, per dimension."""
+        local = self.spec.local_size or (1,) * self.dims
+        return (size_t * self.dims)(*(g * w for g, w in zip(grid, local, strict=True)))
 
     def __del__(self) -> None:
         try:
@@ -275,7 +281,9 @@ class CLProgram:
             check(cl.clSetKernelArg(kernel, len(bufs) + i, size_t(4), ctypes.byref(ctypes.c_int32(v))),
                   f"{self.name}: clSetKernelArg {len(bufs) + i}")
         start = time.perf_counter() if wait else 0.0
-        check(cl.clEnqueueNDRangeKernel(void_p(self.ctx.queue), kernel, self.dims, None, self.global_size,
+        size = self.threads(self.spec.grid(vals)) if self.symbolic else self.global_size
+        if self.symbolic and not all(size): return 0.0 if wait else None  # (a batch of 0: nothing to run)
+        check(cl.clEnqueueNDRangeKernel(void_p(self.ctx.queue), kernel, self.dims, None, size,
                                         self.local_size, 0, None, None), f"{self.name}: clEnqueueNDRangeKernel")
         if not wait: return None
         self.ctx.finish()

@@ -198,8 +198,7 @@ class CUDAProgram:
 
     def __init__(self, spec: ProgramSpec, lib: bytes, cached: bool = True, driver: CUDADriver | None = None) -> None:
         assert driver is not None
-        self.driver, self.name, self.lib = driver, spec.name, lib
-        self.grid = (list(spec.global_size) + [1, 1])[:3]
+        self.driver, self.name, self.lib, self.spec = driver, spec.name, lib, spec
         self.block = (list(spec.local_size or ()) + [1, 1, 1])[:3]
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         driver.check(driver.lib.cuModuleLoadData(ctypes.byref(self.module), lib), f"{spec.name}: cuModuleLoadData")
@@ -217,7 +216,9 @@ class CUDAProgram:
         args += [ctypes.c_int32(v) for v in vals]
         params = (ctypes.c_void_p * len(args))(*(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
         start = time.perf_counter() if wait else 0.0
-        self.driver.check(self.driver.lib.cuLaunchKernel(self.function, *self.grid, *self.block, 0, None, params, None),
+        grid = (list(self.spec.grid(vals)) + [1, 1])[:3]
+        if not all(grid): return 0.0 if wait else None  # (a batch of 0: nothing to run)
+        self.driver.check(self.driver.lib.cuLaunchKernel(self.function, *grid, *self.block, 0, None, params, None),
                           f"{self.name}: cuLaunchKernel")
         if not wait: return None
         self.driver.check(self.driver.lib.cuCtxSynchronize(), f"{self.name}: cuCtxSynchronize")

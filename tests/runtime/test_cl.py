@@ -84,7 +84,7 @@ def test_a_build_error_shows_the_log_and_the_line() -> None:
 
 def test_two_devices_in_one_op_is_an_error_naming_both() -> None:
     with pytest.raises(DeviceError, match="CPU and CL"):
-        Tensor([1.0, 2.0]) + cl(np.array([1.0, 2.0], np.float32))
+        Tensor([1.0, 2.0], device="CPU") + cl(np.array([1.0, 2.0], np.float32))
 
 
 def test_to_moves_between_devices() -> None:
@@ -160,3 +160,17 @@ def test_padto_pads_an_axis_of_few_divisors_for_its_workgroups() -> None:
         np.testing.assert_array_equal(item.bufs[0].numpy(), x.max(1))
     with pytest.raises(KernelOptError, match="PADTO applies to output axes"):
         get_program(item.ast, CL.renderer, opts=[Opt(OptOps.PADTO, 1, 1024)])
+
+
+def test_a_symbolic_batch_is_a_grid_dimension_of_its_size() -> None:
+    """A loop of symbolic size (a batch bound per call) is a grid dimension whose size is computed from the
+    variable's value at each launch, not a loop each thread runs; the program cache keeps the size as a form."""
+    from ember.variables import Variable
+    n = Variable("n", 1, 64)
+    x = np.arange(64 * 8, dtype=np.float32)
+    from ember.engine import realize
+    for rows in (5, 64, 1):
+        t = cl(x[:rows * 8]).realize().reshape(n.bind(rows), 8)
+        np.testing.assert_array_equal((t * 2 + 1).sum(1).numpy(), (x[:rows * 8].reshape(rows, 8) * 2 + 1).sum(1))
+    specs = [r.spec for key, r in realize._runners.items() if key[0] == "CL" and "n" in r.spec.variables]
+    assert specs and all(s.global_size[0] == ("var", "n") and s.grid((7,))[0] == 7 for s in specs)
