@@ -23,9 +23,11 @@ class NullCounters:
     names: list[str] = []  # their names, in order
 
 
+NO_VALUES = "NULL device: it compiles kernels and runs none, so it has no values to read"
+
+
 class NullAllocator(Allocator):
-    def copyout(self, dest: memoryview, src: Any) -> None:
-        raise NullDeviceError("NULL device: it compiles kernels and runs none, so it has no values to read")
+    def copyout(self, dest: memoryview, src: Any) -> None: raise NullDeviceError(NO_VALUES)
 
 
 class NullProgram:
