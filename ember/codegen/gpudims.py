@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import math
 
+from ember.dtype import dtypes
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, UOp
 from ember.uop.symbolic import symbolic
-from ember.uop.upat import graph_rewrite, substitute
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 
 GRID_KINDS = (AxisKind.GLOBAL, AxisKind.LOOP)
+
+# a thread index is below its dimension's size, by construction: what range analysis cannot see where the size is
+# symbolic (its vmax is the variable's maximum, not the size)
+pm_launch_bounds = PatternMatcher([
+    (UPat(Ops.SPECIAL, name="i") % UPat.var("s"), lambda i, s: i if i.src[0] is s else None),
+    (UPat(Ops.SPECIAL, name="i") // UPat.var("s"), lambda i, s: UOp.const(i.dtype, 0) if i.src[0] is s else None),
+    (UPat(Ops.SPECIAL, name="i") < UPat.var("s"), lambda i, s: UOp.const(dtypes.bool, True) if i.src[0] is s else None),
+])
 
 
 def map_launch(sink: UOp, renderer: Renderer) -> UOp:
@@ -35,7 +44,8 @@ def map_launch(sink: UOp, renderer: Renderer) -> UOp:
     grid = [r for r in common if r.arg.kind in GRID_KINDS]
     local = [r for r in common if r.arg.kind is AxisKind.LOCAL and r.src[0].op is Ops.CONST]
     mapping = indices(grid, "gidx", renderer.global_max) | indices(local, "lidx", renderer.local_max)
-    return graph_rewrite(substitute(sink, mapping), symbolic, name="launch grid") if mapping else sink
+    if not mapping: return sink
+    return graph_rewrite(substitute(sink, mapping), symbolic + pm_launch_bounds, name="launch grid")
 
 
 def indices(loops: list[UOp], prefix: str, limits: tuple[int, ...]) -> dict[UOp, UOp]:

@@ -174,3 +174,4 @@ def test_a_symbolic_batch_is_a_grid_dimension_of_its_size() -> None:
         np.testing.assert_array_equal((t * 2 + 1).sum(1).numpy(), (x[:rows * 8].reshape(rows, 8) * 2 + 1).sum(1))
     specs = [r.spec for key, r in realize._runners.items() if key[0] == "CL" and "n" in r.spec.variables]
     assert specs and all(s.global_size[0] == ("var", "n") and s.grid((7,))[0] == 7 for s in specs)
+    assert all("%" not in s.src[s.src.index("__kernel"):] for s in specs)  # (gidx < n: no `% n` left)
