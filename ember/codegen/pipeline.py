@@ -42,8 +42,9 @@ def program_spec(ast: UOp, name: str, uops: list[UOp], renderer: Renderer, opts:
     globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
     global_size, local_size = launch_dims(uops)
     variables = tuple(sorted(u.arg.name for u in uops if u.op is Ops.DEFINE_VAR))
+    shared = sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL)
     return ProgramSpec(name, src, renderer.device, ast, uops, len(globals_), outputs, flops, mem, tuple(opts),
-                       global_size, local_size, variables)
+                       global_size, local_size, variables, shared)
 
 
 def estimate_work(uops: list[UOp]) -> tuple[int, int]:

@@ -119,7 +119,7 @@ def prepare_runners(kernels: list[tuple[str, UOp]]) -> None:
 
 # ---- the program cache -------------------------------------------------------------------------------------------
 
-PROGRAM_FORMAT = "ember program 6"  # bump when the entry's fields change
+PROGRAM_FORMAT = "ember program 7"  # bump when the entry's fields change
 # flags that do not change what codegen makes (they print, check, record or steer other caches): left out of the key
 NOT_CODEGEN_FLAGS = frozenset({"DEBUG", "SPEC", "TRACK_REWRITES", "CACHELEVEL", "INTERPRET", "EMBER_CACHE_MAX_MB",
                                "EMBER_MAX_CXX_BYTES"})
@@ -161,6 +161,7 @@ def spec_to_json(spec: ProgramSpec, key: str) -> bytes:
               "outputs": list(spec.outputs), "flops": spec.flops, "mem_bytes": spec.mem_bytes,
               "global_size": list(spec.global_size),
               "local_size": None if spec.local_size is None else list(spec.local_size),
+              "shared_bytes": spec.shared_bytes,
               "opts": [str(o) for o in spec.opts], "variables": list(spec.variables)}
     return json.dumps({**fields, "sha256": entry_checksum(key, fields)}).encode()
 
@@ -177,13 +178,13 @@ def spec_from_json(data: bytes, ast: UOp, key: str) -> ProgramSpec | None:
         src, outputs = d["src"], tuple(d["outputs"])
         global_size, local_size = tuple(as_size(g) for g in d["global_size"]), d["local_size"]
         local_size = None if local_size is None else tuple(local_size)
-        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], *outputs, *(local_size or ()))
+        counts = (d["buffer_count"], d["flops"], d["mem_bytes"], d["shared_bytes"], *outputs, *(local_size or ()))
         if not (isinstance(src, str) and isinstance(d["name"], str) and isinstance(d["device"], str) and
                 all(type(n) is int for n in counts) and all(isinstance(o, str) for o in d["opts"] + d["variables"])):
             return None
         return ProgramSpec(d["name"], src, d["device"], ast, None, d["buffer_count"], outputs, d["flops"],
                            d["mem_bytes"], tuple(Opt.parse(o) for o in d["opts"]), global_size, local_size,
-                           tuple(d["variables"]))
+                           tuple(d["variables"]), d["shared_bytes"])
     except (ValueError, KeyError, TypeError, AttributeError, StopIteration):  # JSONDecodeError, UnicodeDecodeError too
         return None
 

@@ -84,6 +84,7 @@ class ProgramSpec:
     global_size: tuple[Size, ...] = (1,)
     local_size: tuple[int, ...] | None = None  # None: the device has no workgroups (the CPU)
     variables: tuple[str, ...] = ()  # the names of its symbolic sizes, the order their values follow the buffers in
+    shared_bytes: int = 0  # the workgroup-shared memory its DEFINE_LOCAL arrays take (a GROUP's partials)
 
     @staticmethod
     def from_source(name: str, src: str, device: str, buffer_count: int, variables: tuple[str, ...] = ()

@@ -112,6 +112,7 @@ def test_grouped_reductions_meet_in_shared_memory(shape: tuple[int, ...]) -> Non
     (item,) = cl(x).sum(-1).schedule()
     spec = get_program(item.ast, CL.renderer)
     assert any(o.op is OptOps.GROUP for o in spec.opts) and "__local" in spec.src and "barrier(" in spec.src
+    assert spec.shared_bytes == 4 * int(np.prod(spec.local_size or (1,)))  # a float partial per thread
     for fn in (lambda t: t.sum(-1), lambda t: t.mean(-1), lambda t: t.var(-1), lambda t: t.softmax(-1)):
         np.testing.assert_allclose(fn(cl(x)).numpy(), fn(Tensor(x)).numpy(), rtol=1e-5, atol=1e-5)
     for fn in (lambda t: t.max(-1).values, lambda t: t.min(-1).values, lambda t: t.argmax(-1)):
