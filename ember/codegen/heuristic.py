@@ -22,8 +22,9 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
   its loads are whole vectors or one masked load, not a gated load per lane (in scalar code, beside any output).
 - Threads: a kernel with enough work splits an output axis across the cores (the first one that divides evenly).
 - Workgroups (a renderer with `has_local`: a GPU): the output axes, innermost first, are split into workgroups of
-  up to WORKGROUP_THREADS threads (LOCAL by the largest divisor that fits), so neighbouring threads touch
-  neighbouring memory and a workgroup has enough threads to hide latency (gpu_opts).
+  up to WORKGROUP_THREADS threads (LOCAL by the largest divisor that fits, after a PADTO where the size has no good
+  divisor), so neighbouring threads touch neighbouring memory and a workgroup has enough threads to hide latency; a
+  kernel with few outputs splits its innermost reduction across a workgroup too (GROUP) (gpu_opts).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The Renderer base class (what a device can do, and how to print code for it) and ProgramSpec (what comes out).
 
 Every field of Renderer is read by a codegen stage; a new target is a subclass that sets them and prints code:
-- `has_local`, `global_max`, `local_max`: codegen/gpudims.py maps output loops onto the launch grid (workgroups of
-  `local_max` threads at most, a grid of `global_max` at most); without `has_local` the loops stay loops.
-- `has_shared`, `shared_max`: which opts may stage values in workgroup memory (none do yet: checked by gpudims).
+- `has_local`, `global_max`, `local_max`, `local_threads`: codegen/gpudims.py maps output loops onto the launch grid
+  (a grid of `global_max` at most), the LOCAL opt checks workgroups against `local_max` and `local_threads`;
+  without `has_local` the loops stay loops.
+- `has_shared`, `shared_max`: whether a GROUP opt may meet partials in workgroup memory, and how much
+  (codegen/group.py).
 - `cores`, `max_threads`: how many slices a THREAD opt may run at once, and may make at most (the CPU's pool).
 - `vector_registers`: how many vectors a register tile may hold (heuristic).
 - `vector_bytes`, `renders_vector`: the width expand.py builds vectors of, and which vector nodes it may keep.

@@ -176,3 +176,6 @@ def test_a_symbolic_batch_is_a_grid_dimension_of_its_size() -> None:
     specs = [r.spec for key, r in realize._runners.items() if key[0] == "CL" and "n" in r.spec.variables]
     assert specs and all(s.global_size[0] == ("var", "n") and s.grid((7,))[0] == 7 for s in specs)
     assert all("%" not in s.src[s.src.index("__kernel"):] for s in specs)  # (gidx < n: no `% n` left)
+    for s in specs:  # the program cache keeps the symbolic size and reads it back
+        back = realize.spec_from_json(realize.spec_to_json(s, "key"), s.ast, "key")
+        assert back is not None and back.global_size == s.global_size and back.grid((9,)) == s.grid((9,))
