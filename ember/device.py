@@ -433,7 +433,7 @@ class _DeviceRegistry:
     # the devices Device.DEFAULT may pick, best first: a GPU that runs kernels, else the CPU (PoCL's CL runs on the
     # CPU too, slower than the CPU device's own code: it is used when asked for, DEVICE=CL)
     PREFERRED = ("CUDA", "CPU")
-    LISTED = ("CPU", "CL", "CUDA", "NULL:CUDA", "NULL:CL")  # what devices() reports on
+    LISTED = ("CPU", "CL", "CL:CUDA", "CUDA", "NULL:CUDA", "NULL:CL")  # what devices() reports on
 
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
@@ -455,11 +455,13 @@ class _DeviceRegistry:
 
     def canonicalize(self, name: str) -> str:
         """'cpu', 'CPU:0' -> 'CPU'; 'null:cuda' -> 'NULL:CUDA' (a NULL device keeps its target, 'NULL' alone is
-        NULL:CUDA); raises DeviceError naming the known devices."""
+        NULL:CUDA); 'cl:cuda' -> 'CL:CUDA' (the CL device emulating CUDA's tensor cores); raises DeviceError naming
+        the known devices."""
         parts = name.upper().split(":")
         if parts[0] not in self.KNOWN:
             raise DeviceError(f"Device: unknown device {name!r}; available: {', '.join(self.KNOWN)}")
-        return f"NULL:{parts[1] if len(parts) > 1 else 'CUDA'}" if parts[0] == "NULL" else parts[0]
+        if parts[0] == "NULL": return f"NULL:{parts[1] if len(parts) > 1 else 'CUDA'}"
+        return "CL:CUDA" if parts[:2] == ["CL", "CUDA"] else parts[0]
 
     def cached(self, name: str) -> Compiled | None:
         """The device if it is open (without opening it: a buffer freed at exit must not start a compiler)."""

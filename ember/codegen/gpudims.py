@@ -1,7 +1,7 @@
 """The launch grid: a kernel's output loops become thread indices on a device with workgroups (Renderer.has_local).
 
 Before: an optimized kernel (opts applied) whose output loops are RANGEs: kinds GLOBAL and LOOP, and LOCAL where a
-        LOCAL opt split off the threads of a workgroup.
+        LOCAL opt split off the threads of a workgroup, WARP where a TC opt spread a matmul over a warp.
 After:  the output loops that every store sits in and whose size is known replaced by SPECIAL nodes: `gidx<d>`, the
         index of the thread's workgroup in grid dimension d, and `lidx<d>`, the thread's index in its workgroup. The
         innermost loop is dimension 0 (x: the dimension with the largest limit on CUDA). The rest stay loops that
@@ -42,7 +42,9 @@ def map_launch(sink: UOp, renderer: Renderer) -> UOp:
     common = sorted(set(stores[0].ranges).intersection(*(st.ranges for st in stores[1:])), key=lambda r: r.arg.axis,
                     reverse=True)
     grid = [r for r in common if r.arg.kind in GRID_KINDS]
-    local = [r for r in common if r.arg.kind is AxisKind.LOCAL and r.src[0].op is Ops.CONST]
+    # a tensor core's warp lanes are thread index 0 (the hardware's lane is threadIdx.x % 32), the LOCALs after it
+    local = [r for r in common if r.arg.kind is AxisKind.WARP] + \
+        [r for r in common if r.arg.kind is AxisKind.LOCAL and r.src[0].op is Ops.CONST]
     mapping = indices(grid, "gidx", renderer.global_max) | indices(local, "lidx", renderer.local_max)
     if not mapping: return sink
     return graph_rewrite(substitute(sink, mapping), symbolic + pm_launch_bounds, name="launch grid")

@@ -25,6 +25,8 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
   up to WORKGROUP_THREADS threads (LOCAL by the largest divisor that fits, after a PADTO where the size has no good
   divisor), so neighbouring threads touch neighbouring memory and a workgroup has enough threads to hide latency; a
   kernel with few outputs splits its innermost reduction across a workgroup too (GROUP) (gpu_opts).
+- Tensor cores (a renderer with `tensor_cores`): a matmul whose dtypes one fits goes on it (TC over the innermost
+  reduce axis that works, padding odd sizes), with up to TC_WARPS warps a workgroup along its output tiles (LOCAL).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from ember.codegen.opt import Opt, OptOps, apply_opt, kernel_axes, range_size
+from ember.codegen.opt import KernelOptError, Opt, OptOps, apply_opt, kernel_axes, range_size
 from ember.codegen.transcendental import POLYNOMIALS
 from ember.dtype import dtypes
 from ember.helpers import prod
@@ -66,6 +68,31 @@ WORKGROUP_THREADS = 256  # the threads the heuristic puts in a workgroup, at mos
 GROUP_THREADS = 64  # the most threads a GROUP gives one reduction
 GROUP_OUTPUTS = 4096  # a kernel with fewer outputs than this has too few threads without a GROUP
 PAD_BELOW, PAD_TO = 8, 32  # an output axis whose best divisor is under PAD_BELOW is padded to a multiple of PAD_TO
+TC_WARPS = 4  # the most warps of a workgroup the heuristic gives a tensor-core matmul
+
+
+def tensor_core_opts(sink: UOp, renderer: Renderer) -> list[Opt] | None:
+    """TC on the first tensor core and innermost reduce axis where it applies, then LOCALs by 2 along the tile axes,
+    innermost first, while the workgroup has under TC_WARPS warps; None where no tensor core fits the kernel."""
+    axes = kernel_axes(sink)
+    for i in sorted((i for i, a in enumerate(axes) if a.arg.kind is AxisKind.REDUCE), reverse=True):
+        for which in range(len(renderer.tensor_cores)):
+            try:
+                tiled = apply_opt(sink, opts := Opt(OptOps.TC, i, which), renderer=renderer)
+            except KernelOptError:
+                continue
+            chosen, warps = [opts], 1
+            for j in sorted((j for j, a in enumerate(kernel_axes(tiled)) if a.arg.kind is not AxisKind.REDUCE),
+                            reverse=True):
+                if warps >= TC_WARPS: break
+                try:
+                    tiled = apply_opt(tiled, local := Opt(OptOps.LOCAL, j, 2), renderer=renderer)
+                except KernelOptError:
+                    continue
+                chosen.append(local)
+                warps *= 2
+            return chosen
+    return None
 
 
 def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
@@ -112,6 +139,7 @@ def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
 
 def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     """The opts for `sink` (see the module docstring); [] where none apply."""
+    if renderer.tensor_cores and (tc := tensor_core_opts(sink, renderer)) is not None: return tc
     if renderer.has_local: return gpu_opts(sink, renderer)
     nodes = list(sink.toposort())
     if renderer.vector_bytes == 0 and renderer.cores <= 1: return []

@@ -72,11 +72,20 @@ def serial_terms(value: UOp, op: Ops) -> list[UOp]:
 
 
 def accumulate(ctx: LowerContext, op: Ops, current: UOp, term: UOp) -> UOp:
-    """The accumulator after one more term: by fused multiply-add for a float product when `contract` (a
-    forward-mode product keeps its test for a zero factor: renderer/cstyle.render_tangent_product)."""
+    """The accumulator after one more term: a tensor core's product (WMMA) with the accumulator as its addend; by
+    fused multiply-add for a float product when `contract` (a forward-mode product keeps its test for a zero factor:
+    renderer/cstyle.render_tangent_product)."""
+    if op is Ops.ADD and term.op is Ops.WMMA and is_zero(term.src[2]):  # a tensor core adds its accumulator itself
+        return term.replace(src=(*term.src[:2], current))
     if ctx.contract and op is Ops.ADD and term.op is Ops.MUL and term.arg != TANGENT and term.dtype.is_float:
         return UOp(Ops.MULACC, current.dtype, (*term.src, current))
     return UOp(op, current.dtype, (current, term))
+
+
+def is_zero(x: UOp) -> bool:
+    """Whether x is 0 in every lane."""
+    if x.op is Ops.VECTORIZE: return all(is_zero(s) for s in x.src)
+    return x.op is Ops.CONST and x.arg == 0
 
 
 def close_store_ranges(sink: UOp) -> UOp | None:

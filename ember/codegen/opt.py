@@ -7,7 +7,9 @@ After:  the same kernel with some loops split. `Opt(UPCAST, a, n)` splits output
         reduce axis (kind UNROLL, n dividing S); `Opt(THREAD, a, n)` splits it into `core*(S/n) + a_inner`,
         `core` a SPECIAL node: the kernel runs once per core, each doing one slice. On a device with workgroups
         (Renderer.has_local), `Opt(LOCAL, a, n)` splits it into `a_outer*n + a_local`, `a_local` a RANGE of kind
-        LOCAL that codegen/gpudims.py makes a thread index of the workgroup (n dividing S).
+        LOCAL that codegen/gpudims.py makes a thread index of the workgroup (n dividing S). `Opt(TC, k, i)` puts a
+        matmul over reduce axis k on the renderer's tensor core i (codegen/tensorcore.py): first, before any other
+        opt but SWAP; LOCALs may follow (more warps per workgroup).
 
 An axis number indexes `kernel_axes(sink)`: the output loops in order, then the reduce loops; a lane range is no
 longer an axis. The first UPCAST or UNROLL applied is the one expand.py makes vector lanes of (each lane a memory
@@ -24,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from ember.codegen.group import GroupError, group_reduce
+from ember.codegen.tensorcore import TensorCoreError, apply_tensor_core
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, RangeArg, UOp
 from ember.uop.symbolic import symbolic
@@ -40,6 +43,7 @@ class OptOps(enum.Enum):
     GROUP = "GR"  # reduce axis -> threads of a workgroup, partials met in shared memory (codegen/group.py)
     PADTO = "PA"  # output axis -> padded to a multiple of amount, the steps past its end gated off
     SWAP = "SW"  # exchange the nesting of two output loops (amount: the other axis)
+    TC = "TC"  # reduce axis -> a matmul on tensor core number `amount` of the renderer (codegen/tensorcore.py)
 
 
 @dataclass(frozen=True, order=True)
@@ -65,7 +69,8 @@ class KernelOptError(ValueError):
 
 
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
-SPLIT_KINDS = (*LANE_KINDS, AxisKind.LOCAL)  # the parts an opt splits off an axis, which no later opt names
+THREAD_KINDS = (AxisKind.LOCAL, AxisKind.WARP)  # the ranges gpudims makes thread indices of a workgroup
+SPLIT_KINDS = (*LANE_KINDS, *THREAD_KINDS)  # the parts an opt splits off an axis, which no later opt names
 
 
 def kernel_axes(sink: UOp) -> list[UOp]:
@@ -89,6 +94,10 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
         raise KernelOptError(f"{name}: {opt}: {opt.op.name} after GROUP (a GROUP's slots count the LOCALs and "
                              f"UPCASTs before it)")
     if opt.op is OptOps.SWAP: return swap(sink, rng, axes, opt, name)  # (loop order: any size)
+    if opt.op is OptOps.TC: return tensor_core(sink, rng, opt, name, renderer)
+    if opt.op in (OptOps.UPCAST, OptOps.UNROLL, OptOps.GROUP, OptOps.THREAD) and \
+            any(u.op is Ops.WMMA for u in sink.toposort()):
+        raise KernelOptError(f"{name}: {opt}: {opt.op.name} after TC (a WMMA's fragments are vectors already)")
     if rng.src[0].op is not Ops.CONST:
         if opt.op is OptOps.UPCAST and rng.arg.kind is not AxisKind.REDUCE and 2 <= amount:
             return upcast_symbolic(sink, rng, amount, fresh_axis(sink), opt)
@@ -148,7 +157,7 @@ def check_local(sink: UOp, rng: UOp, opt: Opt, amount: int, name: str, renderer:
     if not renderer.has_local: raise KernelOptError(f"{name}: {opt}: {renderer.device} has no workgroups")
     if not all(rng in st.ranges for st in sink.toposort() if st.op is Ops.STORE):
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is not every output's (gpudims maps only those)")
-    locals_ = [range_size(u) for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisKind.LOCAL]
+    locals_ = [range_size(u) for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind in THREAD_KINDS]
     if len(locals_) >= len(renderer.local_max):
         raise KernelOptError(f"{name}: {opt}: more than {len(renderer.local_max)} LOCAL axes")
     if amount > max(renderer.local_max):
@@ -157,6 +166,20 @@ def check_local(sink: UOp, rng: UOp, opt: Opt, amount: int, name: str, renderer:
     if amount * math.prod(locals_) > renderer.local_threads:
         raise KernelOptError(f"{name}: {opt}: {amount * math.prod(locals_)} threads per workgroup, more than "
                              f"{renderer.device}'s {renderer.local_threads}")
+
+
+def tensor_core(sink: UOp, rng: UOp, opt: Opt, name: str, renderer: Renderer | None) -> UOp:
+    """TC on reduce axis `rng` with the renderer's tensor core number `opt.amount`."""
+    if rng.arg.kind is not AxisKind.REDUCE or rng.src[0].op is not Ops.CONST:
+        raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is not a reduce axis of known size")
+    cores = renderer.tensor_cores if renderer is not None else ()
+    if not 0 <= opt.amount < len(cores):
+        device = renderer.device if renderer is not None else "no device"
+        raise KernelOptError(f"{name}: {opt}: {device} has {len(cores)} tensor cores")
+    try:
+        return apply_tensor_core(sink, rng, cores[opt.amount], fresh_axis(sink))
+    except TensorCoreError as e:
+        raise KernelOptError(f"{name}: {opt}: {cores[opt.amount]}: {e}") from None
 
 
 def fresh_axis(sink: UOp) -> int:

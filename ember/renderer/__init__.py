@@ -12,6 +12,7 @@ Every field of Renderer is read by a codegen stage; a new target is a subclass t
 - `reassociates`: whether a reduction's terms may be regrouped and products contracted into FMAs (heuristic,
   pipeline).
 - `vectorizes_loops`: the compiler vectorizes plain loops itself (heuristic).
+- `tensor_cores`: its matrix units (renderer/tensorcore.py), which the TC opt puts matmuls on (heuristic, BEAM).
 - `supported_ops`: the ALU ops it prints; codegen/decompose.py rewrites the others into ops it has.
 - `storage_only`: dtypes it loads and stores but has no arithmetic for (half on an OpenCL device without
   cl_khr_fp16): the C-style walk computes them in float32, rounded back after every op.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ember.dtype import DType, dtypes
 from ember.helpers import prod
+from ember.renderer.tensorcore import TensorCore
 from ember.uop.ops import Ops, UOp
 
 
@@ -51,6 +53,7 @@ class Renderer:
     # EMBER_KERNEL's cost model): ember's own vectors are then taken only where that compiler's would not come, a
     # loop that calls libm per element around enough arithmetic (heuristic.compute_bound)
     vectorizes_loops: bool = False
+    tensor_cores: tuple[TensorCore, ...] = ()  # its matrix units (codegen/tensorcore.py)
     supported_ops: frozenset[Ops] = frozenset(Ops)  # ops it renders; codegen/decompose.py rewrites the others
     storage_only: frozenset[DType] = frozenset()  # dtypes loaded and stored, computed in float32
     unsupported: frozenset[DType] = frozenset()  # dtypes it cannot hold at all

@@ -23,6 +23,7 @@ from ember.errors import DTypeError
 from ember.renderer import Renderer
 from ember.renderer.cvector import c_type as vector_c_type
 from ember.renderer.cvector import mask_type, pm_render_vector, renders_vector, vector_prelude
+from ember.renderer.tensorcore import TensorCore
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
 
@@ -222,9 +223,14 @@ pm_render_c = PatternMatcher([
     (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"({ctx[x.src[0]]}+{ctx[x.src[1]]})"),
     (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_load),
     (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx[x.src[0]]),
+    # the vectors of a GPU dialect: a tensor core's fragments (the CPU's C has vector rules of its own, cvector.py)
+    (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: ctx.lang.vectorize(x.dtype, _src(ctx, x))),
+    (UPat(Ops.GEP, name="x"), lambda ctx, x: ctx.lang.gep(ctx[x.src[0]], x.arg)),
+    (UPat(Ops.WMMA, name="x"), lambda ctx, x: ctx.lang.wmma(x.arg, *_src(ctx, x))),
 ])
 
 _INLINE = {Ops.CONST, Ops.INDEX, Ops.AFTER}
+_NOT_ROUNDED = {Ops.LOAD, Ops.VECTORIZE, Ops.GEP}  # values that hold their sources' (a narrow type's) bits
 
 
 class CStyleRenderer(Renderer):
@@ -250,6 +256,7 @@ class CStyleRenderer(Renderer):
             if dtype.base.scalar is dtypes.bfloat16 or dtype.base.scalar in self.storage_only:
                 return self.types[dtypes.uint16] + "*"
             return self.type_of(dtype.base) + "*"
+        if dtype.count > 1: return self.vector_type(dtype)
         if dtype.scalar is dtypes.bfloat16 or dtype.scalar in self.storage_only: return "float"
         if dtype.scalar not in self.types or dtype.scalar in self.unsupported:
             raise DTypeError(f"{self.device}: no type for {dtype} in {type(self).__name__}")
@@ -323,6 +330,26 @@ class CStyleRenderer(Renderer):
 
     def tangent_product(self, ctx: RenderContext, x: UOp) -> str: return render_tangent_product(ctx, x)
 
+    def vector_type(self, dtype: DType) -> str:
+        """The type of a vector value (a tensor core's fragment); a dialect with vectors names them."""
+        raise NotImplementedError(f"{type(self).__name__}: no vector type for {dtype}")
+
+    def vectorize(self, dtype: DType, lanes: list[str]) -> str:
+        """A vector of `dtype` made of the values `lanes`."""
+        raise NotImplementedError(f"{type(self).__name__}: no vectors")
+
+    def gep(self, vector: str, lane: int) -> str:
+        """Lane `lane` of a vector."""
+        raise NotImplementedError(f"{type(self).__name__}: no vectors")
+
+    def wmma(self, tc: TensorCore, a: str, b: str, c: str) -> str:
+        """A tensor core's product of a warp's fragments a and b plus c (codegen/tensorcore.py)."""
+        raise NotImplementedError(f"{type(self).__name__}: no tensor core {tc}")
+
+    def scratch(self, uops: list[UOp]) -> list[str]:
+        """Declarations the kernel's body starts with (OpenCL's tensor-core reference: its local memory)."""
+        return []
+
     def special(self, u: UOp) -> str:
         """The expression of a thread index (SPECIAL): a dialect with a launch grid names its ids."""
         raise NotImplementedError(f"{type(self).__name__}: no thread index {u.arg}")
@@ -350,7 +377,7 @@ class CStyleRenderer(Renderer):
         stored = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}
         names = RenderContext(self)
         params: list[tuple[int, str]] = []  # (position, declaration): buffers by slot, then variables
-        body: list[str] = []
+        body: list[str] = ["  " + line for line in self.scratch(uops)]
         depth = 1
         counts: dict[str, int] = {}
         taken = {u.arg.name for u in uops if u.op is Ops.DEFINE_VAR}  # a Variable may be called t0
@@ -404,7 +431,7 @@ class CStyleRenderer(Renderer):
                 if u.op in _INLINE:
                     names[u] = code
                 else:
-                    if u.op is not Ops.LOAD: code = self.round_narrow(u, code)
+                    if u.op not in _NOT_ROUNDED: code = self.round_narrow(u, code)
                     names[u] = fresh("val" if u.op is Ops.LOAD else "t")  # a loaded value, a temporary
                     ctype = mask_type(u) if u.dtype.is_bool and u.dtype.count > 1 else self.type_of(u.dtype)
                     body.append(f"{pad}const {ctype} {names[u]} = {unwrap(code)};")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ember.dtype import DType, dtypes
 from ember.renderer.cstyle import C_TYPES, CStyleRenderer
-from ember.uop.ops import UOp
+from ember.renderer.tensorcore import CUDA_TENSOR_CORES, TensorCore
+from ember.uop.ops import Ops, UOp
 
 CUDA_PRELUDE = """typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long long int64_t;
 typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
@@ -32,7 +33,36 @@ __device__ inline uint16_t half_bits(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
 __device__ inline float half_round(float f) { return half_load(half_bits(f)); }
+template <class T, int N> struct ember_vec { T v[N]; };
 """
+
+MMA_TYPES = {dtypes.float16: ("f16", "half_bits"), dtypes.bfloat16: ("bf16", "bf16_bits")}
+
+
+def mma_function(tc: TensorCore) -> str:
+    """The device function of an m16n8k16 tensor core: the lanes' fragments packed two 16-bit halves to a register,
+    the low half the lower element (PTX's .f16x2), into mma.sync."""
+    kind, bits = MMA_TYPES[tc.dtype_in]
+    na, nb, nc = (tc.elements(o) for o in "abc")
+    ra, rb = na // 2, nb // 2
+    slots = iter(f"%{i}" for i in range(2 * nc + ra + rb))
+    d, a, b, c = ([next(slots) for _ in range(n)] for n in (nc, ra, rb, nc))
+    outputs = ", ".join(f'"=f"(d.v[{i}])' for i in range(nc))
+    inputs = ", ".join([f'"r"(ra[{i}])' for i in range(ra)] + [f'"r"(rb[{i}])' for i in range(rb)] +
+                       [f'"f"(c.v[{i}])' for i in range(nc)])
+    pack = "(uint32_t){0}({1}.v[2 * i]) | ((uint32_t){0}({1}.v[2 * i + 1]) << 16)"
+    registers = " ".join("{" + ", ".join(regs) + "}," for regs in (d, a, b, c))[:-1]
+    return (f"__device__ inline ember_vec<float, {nc}> {wmma_name(tc)}(ember_vec<float, {na}> a, "
+            f"ember_vec<float, {nb}> b, ember_vec<float, {nc}> c) {{\n"
+            f"  uint32_t ra[{ra}], rb[{rb}]; ember_vec<float, {nc}> d;\n"
+            f"  for (int i = 0; i < {ra}; i++) ra[i] = {pack.format(bits, 'a')};\n"
+            f"  for (int i = 0; i < {rb}; i++) rb[i] = {pack.format(bits, 'b')};\n"
+            f'  asm volatile("mma.sync.aligned.{tc.name}.row.col.f32.{kind}.{kind}.f32 {registers};"\n'
+            f"    : {outputs} : {inputs});\n"
+            "  return d;\n}\n")
+
+
+def wmma_name(tc: TensorCore) -> str: return f"wmma_{tc.name}_{tc.dtype_in.name}"
 
 SPECIALS = {"gidx": "blockIdx", "lidx": "threadIdx"}
 
@@ -54,6 +84,7 @@ class CUDARenderer(CStyleRenderer):
     local_max = (1024, 1024, 64)
     local_threads = 1024
     shared_max = 48 * 1024
+    tensor_cores = CUDA_TENSOR_CORES
 
     def __init__(self, arch: str = "sm_90") -> None: self.arch = arch
 
@@ -70,3 +101,16 @@ class CUDARenderer(CStyleRenderer):
     def store_half(self, ptr: str, value: str) -> str: return f"*{ptr} = half_bits({value});"
 
     def special(self, u: UOp) -> str: return f"((int){SPECIALS[u.arg[:4]]}.{'xyz'[int(u.arg[4:])]})"
+
+    def vector_type(self, dtype: DType) -> str: return f"ember_vec<{self.type_of(dtype.scalar)}, {dtype.count}>"
+
+    def vectorize(self, dtype: DType, lanes: list[str]) -> str:
+        return self.type_of(dtype) + "{{" + ", ".join(lanes) + "}}"
+
+    def gep(self, vector: str, lane: int) -> str: return f"{vector}.v[{lane}]"
+
+    def wmma(self, tc: TensorCore, a: str, b: str, c: str) -> str: return f"{wmma_name(tc)}({a}, {b}, {c})"
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        cores = dict.fromkeys(u.arg for u in uops if u.op is Ops.WMMA)
+        return self.prelude + "".join(mma_function(tc) for tc in cores) + self.render_function(name, uops)

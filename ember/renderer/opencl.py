@@ -10,9 +10,12 @@ op (half_round), which gives half arithmetic's bits for +, -, *, / and sqrt.
 
 from __future__ import annotations
 
+import math
+
 from ember.dtype import DType, PtrDType, dtypes
 from ember.renderer.cstyle import CStyleRenderer
-from ember.uop.ops import UOp
+from ember.renderer.tensorcore import TensorCore, c_index
+from ember.uop.ops import Ops, UOp
 
 CL_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "char", dtypes.int16: "short", dtypes.int32: "int", dtypes.int64: "long",
@@ -40,6 +43,34 @@ float half_round(float f) { return half_load(half_bits(f)); }
 """
 
 
+def wmma_name(tc: TensorCore) -> str: return f"wmma_{tc.name}_{tc.dtype_in.name}"
+
+
+def reference_wmma(lang: OpenCLRenderer, tc: TensorCore) -> str:
+    """A tensor core computed as its warp would: each lane writes the elements of A and B it holds to the warp's tiles
+    in local memory, where the layout (renderer/tensorcore.py) puts them; after a barrier each lane computes the
+    elements of D it holds, c + the row of A times the column of B, k in order. A lane is work-item dimension 0 (TC
+    makes the warp local id 0), its warp the workgroup's other dimensions. Every lane of the workgroup calls it
+    (a WMMA is never under a gate), so the barriers are uniform."""
+    (m, n, k), t = tc.dims, lang.type_of
+    na, nb, nc = (tc.elements(o) for o in "abc")
+    lines = [f"{t(tc.dtype_out.vec(nc))} {wmma_name(tc)}({t(tc.dtype_in.vec(na))} a, {t(tc.dtype_in.vec(nb))} b, "
+             f"{t(tc.dtype_out.vec(nc))} c, __local float *scratch) {{",
+             "  const int lane = get_local_id(0);",
+             f"  __local float *A = scratch + (get_local_id(1) + get_local_size(1) * get_local_id(2)) * "
+             f"{m * k + k * n}, *B = A + {m * k};"]
+    for tile, operand, width, count in (("A", "a", k, na), ("B", "b", n, nb)):
+        for e in range(count):
+            row, col = (c_index(bits, "lane", e) for bits in tc.layout(operand))
+            lines.append(f"  {tile}[({row})*{width}+({col})] = {operand}.s{e:x};")
+    lines += ["  barrier(CLK_LOCAL_MEM_FENCE);", f"  {t(tc.dtype_out.vec(nc))} d;"]
+    for e in range(nc):
+        row, col = (c_index(bits, "lane", e) for bits in tc.c)
+        lines.append(f"  {{ float s = 0; for (int i = 0; i < {k}; i++) s += A[({row})*{k}+i] * B[i*{n}+({col})]; "
+                     f"d.s{e:x} = c.s{e:x} + s; }}")
+    return "\n".join([*lines, "  barrier(CLK_LOCAL_MEM_FENCE);", "  return d;", "}", ""])
+
+
 class OpenCLRenderer(CStyleRenderer):
     """OpenCL C 1.2 for a device described by its limits (runtime/ops_cl.py reads them from the device)."""
 
@@ -55,7 +86,8 @@ class OpenCLRenderer(CStyleRenderer):
 
     def __init__(self, local_max: tuple[int, ...] = (1024, 1024, 1024), local_threads: int = 1024,
                  global_max: tuple[int, ...] = (2**31 - 1,) * 3, shared_max: int = 32768, fp64: bool = True,
-                 fp16: bool = False) -> None:
+                 fp16: bool = False, tensor_cores: tuple[TensorCore, ...] = ()) -> None:
+        self.tensor_cores = tensor_cores  # another target's, emulated (reference_wmma): OpenCL C has none
         self.local_max, self.local_threads, self.global_max, self.shared_max = local_max, local_threads, \
             global_max, shared_max
         self.fp64 = fp64
@@ -91,6 +123,26 @@ class OpenCLRenderer(CStyleRenderer):
     def load_half(self, ptr: str) -> str: return f"vload_half(0, {ptr})"
 
     def store_half(self, ptr: str, value: str) -> str: return f"vstore_half({value}, 0, {ptr});"
+
+    def vector_type(self, dtype: DType) -> str: return f"{self.type_of(dtype.scalar)}{dtype.count}"
+
+    def vectorize(self, dtype: DType, lanes: list[str]) -> str: return f"(({self.type_of(dtype)})({', '.join(lanes)}))"
+
+    def gep(self, vector: str, lane: int) -> str: return f"{vector}.s{lane:x}"
+
+    def wmma(self, tc: TensorCore, a: str, b: str, c: str) -> str: return f"{wmma_name(tc)}({a}, {b}, {c}, tc_scratch)"
+
+    def scratch(self, uops: list[UOp]) -> list[str]:
+        """The local memory of the tensor-core reference: a tile of A and of B per warp of the workgroup."""
+        cores = {u.arg for u in uops if u.op is Ops.WMMA}
+        if not cores: return []
+        threads = math.prod(int(u.src[0].arg) for u in uops if u.op is Ops.SPECIAL and u.arg.startswith("lidx"))
+        per_warp = max(tc.dims[0] * tc.dims[2] + tc.dims[2] * tc.dims[1] for tc in cores)
+        return [f"__local float tc_scratch[{threads // 32 * per_warp}];"]
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        cores = dict.fromkeys(u.arg for u in uops if u.op is Ops.WMMA)
+        return self.prelude + "".join(reference_wmma(self, tc) for tc in cores) + self.render_function(name, uops)
 
     def special(self, u: UOp) -> str:
         call = "get_group_id" if u.arg.startswith("gidx") else "get_local_id"

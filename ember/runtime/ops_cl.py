@@ -22,6 +22,7 @@ from ember.device import Allocator, Buffer, Compiled, Compiler, describe_compile
 from ember.errors import CompileError, DeviceError
 from ember.renderer import ProgramSpec
 from ember.renderer.opencl import OpenCLRenderer
+from ember.renderer.tensorcore import CUDA_TENSOR_CORES
 
 # the OpenCL constants ember uses (CL/cl.h)
 DEVICE_TYPE_ALL = 0xFFFFFFFF
@@ -290,20 +291,30 @@ class CLProgram:
         return time.perf_counter() - start
 
 
-def cl_renderer(ctx: CLContext) -> OpenCLRenderer:
-    """The OpenCL C renderer for the device's limits and extensions."""
-    return OpenCLRenderer(local_max=ctx.local_max, local_threads=ctx.local_threads, shared_max=ctx.shared_max,
-                          fp64="cl_khr_fp64" in ctx.extensions, fp16="cl_khr_fp16" in ctx.extensions)
+EMULATED_TENSOR_CORES = {"": (), "CUDA": CUDA_TENSOR_CORES}  # CL:<target> -> the tensor cores it emulates
+
+
+def cl_renderer(ctx: CLContext, emulate: str = "") -> OpenCLRenderer:
+    """The OpenCL C renderer for the device's limits and extensions; `emulate` "CUDA" (the device CL:CUDA): with
+    CUDA's tensor cores, emulated in local memory (renderer/opencl.py: reference_wmma), which runs a GPU's fragment
+    layouts here."""
+    renderer = OpenCLRenderer(local_max=ctx.local_max, local_threads=ctx.local_threads, shared_max=ctx.shared_max,
+                              fp64="cl_khr_fp64" in ctx.extensions, fp16="cl_khr_fp16" in ctx.extensions,
+                              tensor_cores=EMULATED_TENSOR_CORES[emulate])
+    if emulate: renderer.device = f"CL:{emulate}"
+    return renderer
 
 
 class CLDevice(Compiled):
     def synchronize(self) -> None: self.ctx.finish()
 
-    def __init__(self, ctx: CLContext) -> None:
+    def __init__(self, ctx: CLContext, emulate: str = "") -> None:
         self.ctx, self.device_name = ctx, ctx.name
-        super().__init__("CL", CLAllocator(ctx), cl_renderer(ctx), CLCompiler(ctx),
+        renderer = cl_renderer(ctx, emulate)
+        super().__init__(renderer.device, CLAllocator(ctx), renderer, CLCompiler(ctx),
                          lambda spec, lib, cached=True: CLProgram(spec, lib, cached, ctx))
 
 
-def open_device() -> Compiled:
-    return CLDevice(CLContext())
+def open_device(emulate: str = "") -> Compiled:
+    """The CL device; CL:CUDA emulates CUDA's tensor cores (cl_renderer)."""
+    return CLDevice(CLContext(), emulate)

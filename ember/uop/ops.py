@@ -40,6 +40,7 @@ class Ops(enum.IntEnum):
     RANGE = enum.auto(); END = enum.auto(); REDUCE = enum.auto()  # noqa: E702
     INDEX = enum.auto(); LOAD = enum.auto(); STORE = enum.auto()  # noqa: E702
     VECTORIZE = enum.auto(); GEP = enum.auto(); BARRIER = enum.auto()  # noqa: E702
+    WMMA = enum.auto()  # WMMA(a, b, c), arg TensorCore: a warp's tensor-core product, each lane's fragments as vectors
     IF = enum.auto(); ENDIF = enum.auto()  # noqa: E702
     # ALU: unary
     CAST = enum.auto(); BITCAST = enum.auto(); NEG = enum.auto()  # noqa: E702
@@ -82,9 +83,10 @@ class GroupOp:
 
 class AxisKind(enum.Enum):
     """What a RANGE loops over: an output axis (GLOBAL, split across threads), a sequential LOOP, a REDUCE axis, the
-    lanes of an UPCAST or UNROLL, the threads of a workgroup (LOCAL: codegen/gpudims.py makes them thread ids)."""
+    lanes of an UPCAST or UNROLL, the threads of a workgroup (LOCAL: codegen/gpudims.py makes them thread ids), the
+    lanes of a warp that a tensor core's fragments are spread over (WARP: thread index 0, codegen/tensorcore.py)."""
 
-    GLOBAL = "g"; LOOP = "l"; REDUCE = "r"; UPCAST = "u"; UNROLL = "ur"; LOCAL = "lo"  # noqa: E702
+    GLOBAL = "g"; LOOP = "l"; REDUCE = "r"; UPCAST = "u"; UNROLL = "ur"; LOCAL = "lo"; WARP = "w"  # noqa: E702
 
 
 @dataclass(frozen=True, slots=True)

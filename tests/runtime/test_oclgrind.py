@@ -62,3 +62,21 @@ def test_oclgrind_reports_an_out_of_bounds_read_and_a_race(tmp_path: Path) -> No
 def test_embers_kernels_give_no_report(tmp_path: Path) -> None:
     printed, report = under_oclgrind(OURS, tmp_path)
     assert "Oclgrind" in printed and report == ""
+
+
+TENSOR_CORES = """
+import numpy as np
+from ember import Tensor
+rng = np.random.default_rng(0)
+a, b = (Tensor(rng.standard_normal(s).astype(np.float16), device="CL:CUDA") for s in ((2, 17, 40), (2, 40, 24)))
+(a @ b).relu().numpy()
+from ember.device import Device
+print(Device["CL:CUDA"].compiler.cache_key)
+"""
+
+
+def test_the_tensor_core_reference_has_no_race(tmp_path: Path) -> None:
+    """CL:CUDA's WMMA: the lanes of each warp write their fragments to local memory and read each other's, between
+    barriers; a race or a read past a tile is reported."""
+    printed, report = under_oclgrind(TENSOR_CORES, tmp_path)
+    assert "Oclgrind" in printed and report == ""
