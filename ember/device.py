@@ -427,13 +427,14 @@ class _DeviceRegistry:
         "CL": ("ember.runtime.ops_cl", "an OpenCL platform (apt-get install ocl-icd-libopencl1 pocl-opencl-icd)"),
         "CUDA": ("ember.runtime.ops_cuda", "an NVIDIA driver, and pip install nvidia-cuda-nvrtc==13.5.37"),
         # NULL:<target> compiles for the target and runs nothing (runtime/ops_null.py)
-        "NULL": ("ember.runtime.ops_null", "the target's compiler (NULL:CUDA: pip install nvidia-cuda-nvrtc==13.5.37)"),
+        "NULL": ("ember.runtime.ops_null", "the target's compiler (NULL:CUDA: pip install nvidia-cuda-nvrtc==13.5.37; "
+                 "NULL:PTX: and nvidia-nvjitlink==13.5.37)"),
     }
 
     # the devices Device.DEFAULT may pick, best first: a GPU that runs kernels, else the CPU (PoCL's CL runs on the
     # CPU too, slower than the CPU device's own code: it is used when asked for, DEVICE=CL)
     PREFERRED = ("CUDA", "CPU")
-    LISTED = ("CPU", "CL", "CL:CUDA", "CUDA", "NULL:CUDA", "NULL:CL")  # what devices() reports on
+    LISTED = ("CPU", "CL", "CL:CUDA", "CUDA", "CUDA:PTX", "NULL:CUDA", "NULL:PTX", "NULL:CL")  # what devices() reports
 
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
@@ -455,13 +456,13 @@ class _DeviceRegistry:
 
     def canonicalize(self, name: str) -> str:
         """'cpu', 'CPU:0' -> 'CPU'; 'null:cuda' -> 'NULL:CUDA' (a NULL device keeps its target, 'NULL' alone is
-        NULL:CUDA); 'cl:cuda' -> 'CL:CUDA' (the CL device emulating CUDA's tensor cores); raises DeviceError naming
-        the known devices."""
+        NULL:CUDA); 'cl:cuda' -> 'CL:CUDA' (the CL device emulating CUDA's tensor cores), 'cuda:ptx' -> 'CUDA:PTX'
+        (the GPU with kernels in PTX); raises DeviceError naming the known devices."""
         parts = name.upper().split(":")
         if parts[0] not in self.KNOWN:
             raise DeviceError(f"Device: unknown device {name!r}; available: {', '.join(self.KNOWN)}")
         if parts[0] == "NULL": return f"NULL:{parts[1] if len(parts) > 1 else 'CUDA'}"
-        return "CL:CUDA" if parts[:2] == ["CL", "CUDA"] else parts[0]
+        return ":".join(parts[:2]) if tuple(parts[:2]) in (("CL", "CUDA"), ("CUDA", "PTX")) else parts[0]
 
     def cached(self, name: str) -> Compiled | None:
         """The device if it is open (without opening it: a buffer freed at exit must not start a compiler)."""

@@ -7,9 +7,10 @@ that device cannot be opened here, every test is skipped with the reason, never 
 
 DEVICE=NULL:CUDA compiles every kernel a test makes with the target's compiler and runs none: a test passes once it
 reaches a value read (NullDeviceError) with every kernel before it compiled, and fails on a CompileError. The summary
-counts the kernels compiled."""
+counts the kernels compiled, and names those on tensor cores."""
 
 import glob
+import json
 import os
 import tempfile
 
@@ -52,11 +53,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from ember.runtime.ops_null import NullCounters
     os.makedirs(NULL_COUNTS, exist_ok=True)
     with open(os.path.join(NULL_COUNTS, os.getenv("PYTEST_XDIST_WORKER", "main")), "w") as f:
-        f.write(str(NullCounters.compiled))
+        json.dump({"compiled": NullCounters.compiled, "tensor_cores": NullCounters.tensor_cores}, f)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     from ember.device import Device
     if not Device.DEFAULT.startswith("NULL"): return
-    counts = [int(open(p).read()) for p in glob.glob(os.path.join(NULL_COUNTS, "*"))]
-    terminalreporter.write_line(f"{Device.DEFAULT}: {sum(counts)} kernels compiled (none run)")
+    counts = [json.load(open(p)) for p in glob.glob(os.path.join(NULL_COUNTS, "*"))]
+    on_tc = sorted(set(name for c in counts for name in c["tensor_cores"]))
+    terminalreporter.write_line(f"{Device.DEFAULT}: {sum(c['compiled'] for c in counts)} kernels compiled (none run); "
+                                f"{sum(len(c['tensor_cores']) for c in counts)} on tensor cores: {', '.join(on_tc)}")

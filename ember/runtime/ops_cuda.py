@@ -52,11 +52,12 @@ def version() -> str:
 
 
 class NVRTCCompiler(Compiler):
-    """CUDA C -> a cubin for `arch` (the PTX NVRTC made it from stays inside). --fmad=false: no contraction."""
+    """CUDA C -> a cubin for `arch` (the PTX NVRTC made it from stays inside). --fmad=false: no contraction.
+    `relocatable`: device code that another module links with (the PTX kernels' math functions: nvjitlink.py)."""
 
-    def __init__(self, arch: str = "sm_90") -> None:
+    def __init__(self, arch: str = "sm_90", relocatable: bool = False) -> None:
         self.arch = arch
-        self.options = [f"--gpu-architecture={arch}", "--fmad=false", "-std=c++17"]
+        self.options = [f"--gpu-architecture={arch}", "--fmad=false", "-std=c++17"] + ["-rdc=true"] * relocatable
         super().__init__(f"nvrtc {version()} {' '.join(self.options)}")
 
     def compile(self, src: str) -> bytes:
@@ -226,18 +227,28 @@ class CUDAProgram:
 
 
 class CUDADevice(Compiled):
-    def __init__(self, driver: CUDADriver) -> None:
+    """The GPU, its kernels in CUDA C through NVRTC, or (`ptx`: the device CUDA:PTX) in PTX through nvJitLink."""
+
+    def __init__(self, driver: CUDADriver, ptx: bool = False) -> None:
         self.driver, self.device_name = driver, driver.name  # (the card: "NVIDIA H200")
         a = driver.attributes
-        renderer = CUDARenderer(driver.arch)
+        if ptx:
+            from ember.renderer.ptx import PTXRenderer
+            from ember.runtime.nvjitlink import PTXCompiler
+            renderer, compiler = PTXRenderer(driver.arch), PTXCompiler(driver.arch)
+            renderer.device = "CUDA:PTX"
+        else:
+            renderer, compiler = CUDARenderer(driver.arch), NVRTCCompiler(driver.arch)
         renderer.local_max, renderer.local_threads = (a["block_x"], a["block_y"], a["block_z"]), a["threads"]
         renderer.global_max, renderer.shared_max = (a["grid_x"], a["grid_y"], a["grid_z"]), a["shared"]
-        super().__init__("CUDA", CUDAAllocator(driver), renderer, NVRTCCompiler(driver.arch),
+        super().__init__(renderer.device, CUDAAllocator(driver), renderer, compiler,
                          lambda spec, lib, cached=True: CUDAProgram(spec, lib, cached, driver))
 
     def synchronize(self) -> None: self.driver.check(self.driver.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
-def open_device() -> Compiled:
-    """The first CUDA GPU: a DeviceError without a driver (or without a GPU the driver sees)."""
-    return CUDADevice(CUDADriver())
+def open_device(target: str = "") -> Compiled:
+    """The first CUDA GPU (CUDA:PTX: its kernels in PTX): a DeviceError without a driver (or without a GPU the
+    driver sees)."""
+    if target not in ("", "PTX"): raise DeviceError(f"CUDA:{target}: no such renderer; CUDA and CUDA:PTX are known")
+    return CUDADevice(CUDADriver(), ptx=target == "PTX")

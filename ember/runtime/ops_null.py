@@ -21,6 +21,7 @@ class NullDeviceError(DeviceError):
 class NullCounters:
     compiled = 0  # kernels compiled by NULL devices in this process
     names: list[str] = []  # their names, in order
+    tensor_cores: list[str] = []  # the names of those whose opts put a matmul on a tensor core
 
 
 NO_VALUES = "NULL device: it compiles kernels and runs none, so it has no values to read"
@@ -35,6 +36,7 @@ class NullProgram:
         assert lib, f"{spec.name}: the compiler gave no bytes"
         NullCounters.compiled += 1
         NullCounters.names.append(spec.name)
+        if any(o.op.name == "TC" for o in spec.opts): NullCounters.tensor_cores.append(spec.name)
 
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
         return 0.0 if wait else None
@@ -45,11 +47,15 @@ def open_device(target: str = "CUDA") -> Compiled:
         from ember.renderer.cuda import CUDARenderer
         from ember.runtime.ops_cuda import NVRTCCompiler
         renderer, compiler = CUDARenderer(), NVRTCCompiler()
+    elif target == "PTX":
+        from ember.renderer.ptx import PTXRenderer
+        from ember.runtime.nvjitlink import PTXCompiler
+        renderer, compiler = PTXRenderer(), PTXCompiler()
     elif target == "CL":
         from ember.runtime.ops_cl import CLCompiler, CLContext, cl_renderer
         ctx = CLContext()
         renderer, compiler = cl_renderer(ctx), CLCompiler(ctx)
     else:
-        raise DeviceError(f"NULL:{target}: no such target; NULL:CUDA and NULL:CL are known")
+        raise DeviceError(f"NULL:{target}: no such target; NULL:CUDA, NULL:PTX and NULL:CL are known")
     renderer.device = f"NULL:{target}"
     return Compiled(f"NULL:{target}", NullAllocator(), renderer, compiler, NullProgram)

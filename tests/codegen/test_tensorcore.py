@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from ember import Tensor
 from ember.codegen import get_program
@@ -82,6 +83,19 @@ def test_a_half_matmul_with_epilogue_and_a_batch() -> None:
     want = np.maximum(product + bias, np.float16(0))
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
+def test_a_half_convolution_goes_on_the_tensor_core() -> None:
+    """conv2d of half (sums in float32): its channel axis is the tensor core's K, its output channels N."""
+    device_or_skip("CL:CUDA")
+    on = tensor_on("CL:CUDA")
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((2, 12, 9, 7)).astype(np.float16), rng.standard_normal((20, 12, 3, 3)).astype(np.float16)
+    out = on(x).conv2d(on(w), padding=1)
+    (item,) = out.schedule()
+    assert any(o.op is OptOps.TC for o in get_program(item.ast, Device["CL:CUDA"].renderer).opts)
+    want = torch.nn.functional.conv2d(torch.tensor(x).double(), torch.tensor(w).double(), padding=1).half().numpy()
+    np.testing.assert_allclose(out.numpy().astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
 
 
 def half_matmul_ast():
