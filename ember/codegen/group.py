@@ -14,7 +14,8 @@ After (Opt(GROUP, axis, n), n dividing S): each of n threads l of a workgroup re
 thread of a workgroup has a slot of its own; a LOCAL or UPCAST after a GROUP is refused (opt.py), and so is a GROUP
 after an UPCAST (its lanes would need a slot each). l is a LOCAL range: codegen/gpudims.py makes it a thread index. The
 partials are summed in another order than a loop's: a device that must give a loop's bits (Renderer.reassociates
-False) gets no GROUP.
+False) gets no GROUP. GROUPTOP splits the loop the other way: thread l reduces the l-th chunk of S / n consecutive
+elements, r = l * (S / n) + r' (each thread's reads contiguous, neighbouring threads' S / n apart).
 """
 
 from __future__ import annotations
@@ -57,13 +58,14 @@ def check_group(sink: UOp, amount: int, renderer: Renderer | None) -> list[UOp]:
     return others
 
 
-def group_reduce(sink: UOp, rng: UOp, amount: int, fresh: int, renderer: Renderer | None) -> UOp:
-    """`sink` with the reductions over `rng` split across `amount` threads (see the module docstring)."""
+def group_reduce(sink: UOp, rng: UOp, amount: int, fresh: int, renderer: Renderer | None, top: bool = False) -> UOp:
+    """`sink` with the reductions over `rng` split across `amount` threads (see the module docstring); `top`
+    (GROUPTOP): thread l reduces the l-th of `amount` consecutive chunks, r = l * (S / n) + r'."""
     others = check_group(sink, amount, renderer)
     size, dtype = int(rng.src[0].arg), rng.dtype
     lane = UOp.range(amount, fresh, AxisKind.LOCAL, dtype)
     outer = UOp.range(size // amount, rng.arg.axis, AxisKind.REDUCE, dtype) if size > amount else None
-    index = outer * amount + lane if outer is not None else lane
+    index = lane if outer is None else lane * (size // amount) + outer if top else outer * amount + lane
     threads = amount * math.prod(int(r.src[0].arg) for r in others)
 
     def slot(first: UOp) -> UOp:

@@ -41,6 +41,7 @@ class OptOps(enum.Enum):
     THREAD = "TH"  # output axis -> one slice per CPU core
     LOCAL = "LO"  # output axis -> workgroups x threads of a workgroup
     GROUP = "GR"  # reduce axis -> threads of a workgroup, partials met in shared memory (codegen/group.py)
+    GROUPTOP = "GT"  # as GROUP, each thread a chunk of consecutive elements
     PADTO = "PA"  # output axis -> padded to a multiple of amount, the steps past its end gated off
     SWAP = "SW"  # exchange the nesting of two output loops (amount: the other axis)
     TC = "TC"  # reduce axis -> a matmul on tensor core number `amount` of the renderer (codegen/tensorcore.py)
@@ -95,7 +96,7 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
                              f"UPCASTs before it)")
     if opt.op is OptOps.SWAP: return swap(sink, rng, axes, opt, name)  # (loop order: any size)
     if opt.op is OptOps.TC: return tensor_core(sink, rng, opt, name, renderer)
-    if opt.op in (OptOps.UPCAST, OptOps.UNROLL, OptOps.GROUP, OptOps.THREAD) and \
+    if opt.op in (OptOps.UPCAST, OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.THREAD) and \
             any(u.op is Ops.WMMA for u in sink.toposort()):
         raise KernelOptError(f"{name}: {opt}: {opt.op.name} after TC (a WMMA's fragments are vectors already)")
     if rng.src[0].op is not Ops.CONST:
@@ -103,7 +104,7 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
             return upcast_symbolic(sink, rng, amount, fresh_axis(sink), opt)
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size (only UPCAST splits one)")
     size = range_size(rng)
-    on_reduce = opt.op in (OptOps.UNROLL, OptOps.GROUP)
+    on_reduce = opt.op in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP)
     if reduces != on_reduce:
         raise KernelOptError(f"{name}: {opt}: axis {opt.axis} is {'a reduce' if reduces else 'an output'} axis; "
                              f"{opt.op.name} applies to {'reduce' if on_reduce else 'output'} axes")
@@ -119,9 +120,9 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
         raise KernelOptError(f"{name}: {opt}: {amount} does not divide the size {size}{padding}")
     fresh = fresh_axis(sink)
     dtype = rng.dtype
-    if opt.op is OptOps.GROUP:
+    if opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
         try:
-            return group_reduce(sink, rng, amount, fresh, renderer)
+            return group_reduce(sink, rng, amount, fresh, renderer, top=opt.op is OptOps.GROUPTOP)
         except GroupError as e:
             raise KernelOptError(f"{name}: {opt}: {e}") from None
     if opt.op is OptOps.LOCAL:

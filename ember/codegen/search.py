@@ -148,8 +148,9 @@ def actions(sink: UOp, renderer: Renderer) -> list[Opt]:
     """The opts worth trying next on `sink`: UPCAST (output axes) or UNROLL (reduce axes) by each of LANE_AMOUNTS
     and the whole size up to 32 that divide the axis; THREAD of an output axis by the core count (at most the
     renderer's max_threads), or where that does not divide it, by its largest divisor below; on a device with
-    workgroups LOCAL (output axes) and GROUP (reduce axes) by each of WORKGROUP_AMOUNTS that divides; TC of each
-    reduce axis on each of the renderer's tensor cores; SWAP of each two output axes. Some may still be illegal."""
+    workgroups LOCAL (output axes) and GROUP and GROUPTOP (reduce axes) by each of WORKGROUP_AMOUNTS that divides;
+    TC of each reduce axis on each of the renderer's tensor cores; SWAP of each two output axes. Some may still be
+    illegal."""
     axes = kernel_axes(sink)
     outputs = [i for i, a in enumerate(axes) if a.arg.kind is not AxisKind.REDUCE]
     opts: list[Opt] = []
@@ -163,9 +164,8 @@ def actions(sink: UOp, renderer: Renderer) -> list[Opt]:
             threads = max((n for n in range(2, most + 1) if size % n == 0), default=None)
             if threads is not None: opts.append(Opt(OptOps.THREAD, i, threads))
         if renderer.has_local:  # workgroups: threads along an output axis, or a reduction split across them
-            kind = OptOps.LOCAL if i in outputs else OptOps.GROUP
-            if kind is OptOps.LOCAL or renderer.has_shared:
-                opts += [Opt(kind, i, n) for n in WORKGROUP_AMOUNTS if size % n == 0 and n <= size]
+            kinds = [OptOps.LOCAL] if i in outputs else [OptOps.GROUP, OptOps.GROUPTOP] * renderer.has_shared
+            opts += [Opt(kind, i, n) for kind in kinds for n in WORKGROUP_AMOUNTS if size % n == 0 and n <= size]
         if i not in outputs: opts += [Opt(OptOps.TC, i, which) for which in range(len(renderer.tensor_cores))]
     return opts + [Opt(OptOps.SWAP, i, j) for i in outputs for j in outputs if i < j]
 

@@ -13,7 +13,8 @@ from ember.codegen import get_program
 from ember.codegen.opt import KernelOptError, Opt, OptOps
 from ember.codegen.rangeify import rangeify
 from ember.codegen.search import actions
-from ember.device import Device
+from ember.device import Buffer, Device
+from ember.dtype import dtypes
 from ember.errors import CompileError, DeviceError
 from tests.helpers import device_or_skip, tensor_on
 
@@ -119,6 +120,26 @@ def test_grouped_reductions_meet_in_shared_memory(shape: tuple[int, ...]) -> Non
         np.testing.assert_array_equal(fn(cl(x)).numpy(), fn(Tensor(x)).numpy())
     ints = (x * 100).astype(np.int32)
     np.testing.assert_array_equal(cl(ints).sum(-1).numpy(), Tensor(ints).sum(-1).numpy())
+
+
+def run_with_opts(x: np.ndarray, fn, opts: list[Opt]) -> tuple[np.ndarray, str]:
+    """fn(x)'s one kernel run on CL with `opts`, and its source."""
+    (item,) = fn(cl(x)).schedule()
+    spec = get_program(item.ast, CL.renderer, opts=opts)
+    out, inp = Buffer("CL", item.bufs[0].size, item.bufs[0].dtype), Buffer("CL", x.size, dtypes.float32).copyin(x)
+    CL.program(spec, CL.compiler.compile(spec.src))(out, inp, wait=True)
+    return out.numpy(), spec.src
+
+
+@pytest.mark.parametrize("kind", [OptOps.GROUP, OptOps.GROUPTOP])
+def test_grouptop_splits_the_reduction_in_chunks(kind: OptOps) -> None:
+    """GROUPTOP: thread l of 16 reduces elements l*64 .. l*64+63 of a row of 1024 (GROUP: l, l+16, ...): the same
+    sums within rounding, the same max exactly."""
+    x = np.random.default_rng(5).uniform(-3, 3, (3, 1024)).astype(np.float32)
+    total, src = run_with_opts(x, lambda t: t.sum(-1), [Opt(kind, 1, 16)])
+    np.testing.assert_allclose(total, x.sum(-1), rtol=1e-5)
+    assert ("*64" in src) == (kind is OptOps.GROUPTOP)
+    np.testing.assert_array_equal(run_with_opts(x, lambda t: t.max(-1).values, [Opt(kind, 1, 16)])[0], x.max(-1))
 
 
 def test_group_is_checked_against_the_device() -> None:
