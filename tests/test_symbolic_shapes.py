@@ -181,7 +181,7 @@ def test_jit_refuses_a_variable_bound_inside_to_a_changing_value() -> None:
 
 @pytest.mark.parametrize("n", [1, 5, 7, 13, 64])
 def test_register_rows_of_a_symbolic_batch_past_its_end_store_nothing(n: int) -> None:
-    """A matmul's batch rows are tiled into registers in steps of several rows (codegen/opt.py upcast_symbolic):
+    """A matmul's batch rows are tiled into registers in steps of several rows (codegen/opt.py split_symbolic):
     the last step's rows past n read row n - 1 and are not stored. Equal to the concrete kernel's bits; right also
     where the batch axis is not the outermost of what is stored (the transpose: a row past the end would overwrite
     the next; its concrete kernel may sum in another order)."""

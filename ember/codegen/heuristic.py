@@ -24,6 +24,7 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
 - Workgroups (a renderer with `has_local`: a GPU): the output axes, innermost first, are split into workgroups of
   up to WORKGROUP_THREADS threads (LOCAL by the largest divisor that fits, after a PADTO where the size has no good
   divisor), so neighbouring threads touch neighbouring memory and a workgroup has enough threads to hide latency; a
+  batch axis of symbolic size gets up to SYMBOLIC_THREADS of the rest (the rows past its size gated off); a
   kernel with few outputs splits its innermost reduction across a workgroup too (GROUP) (gpu_opts).
 - Tensor cores (a renderer with `tensor_cores`): a matmul whose dtypes one fits goes on it (TC over the innermost
   reduce axis that works, padding odd sizes), with up to TC_WARPS warps a workgroup along its output tiles (LOCAL).
@@ -68,6 +69,7 @@ WORKGROUP_THREADS = 256  # the threads the heuristic puts in a workgroup, at mos
 GROUP_THREADS = 64  # the most threads a GROUP gives one reduction
 GROUP_OUTPUTS = 4096  # a kernel with fewer outputs than this has too few threads without a GROUP
 PAD_BELOW, PAD_TO = 8, 32  # an output axis whose best divisor is under PAD_BELOW is padded to a multiple of PAD_TO
+SYMBOLIC_THREADS = 64  # the threads a symbolic batch axis gets a workgroup, at most
 TC_WARPS = 4  # the most warps of a workgroup the heuristic gives a tensor-core matmul
 
 
@@ -100,7 +102,8 @@ def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     gets its innermost reduce axis split across up to GROUP_THREADS threads (GROUP); then the output axes of known
     size, innermost first, are split by the largest divisor of their size that keeps the workgroup within
     WORKGROUP_THREADS and the device's limits (LOCAL, applied before the GROUP, whose slots count them); an axis
-    whose size has no divisor of at least PAD_BELOW that fits is padded to a multiple of PAD_TO first (PADTO)."""
+    whose size has no divisor of at least PAD_BELOW that fits is padded to a multiple of PAD_TO first (PADTO); the
+    innermost axis of symbolic size gets a power of two of the threads left, up to SYMBOLIC_THREADS (LOCAL, first)."""
     budget = min(WORKGROUP_THREADS, renderer.local_threads)
     group: tuple[int, int] | None = None  # (axis id, threads) of the reduction split across a workgroup
     outputs = prod(range_size(a) for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and fixed(a))
@@ -126,6 +129,16 @@ def gpu_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         budget //= amount
         if budget < 2: break
     opts: list[Opt] = []
+    batch = [a for a in kernel_axes(sink) if a.arg.kind is not AxisKind.REDUCE and not fixed(a) and
+             all(a in st.ranges for st in stores)]
+    if batch and budget >= 2 and group is None and len(amounts) < len(renderer.local_max):
+        # a batch of symbolic size: threads along its innermost axis too (rows past n store nothing), its LOCAL
+        # applied first, so that the axes of known size keep thread index 0 (neighbouring threads, neighbouring
+        # elements)
+        threads = 1 << (min(budget, SYMBOLIC_THREADS, int(batch[-1].src[0].vmax)).bit_length() - 1)
+        if threads >= 2:
+            opts.append(Opt(OptOps.LOCAL, kernel_axes(sink).index(batch[-1]), threads))
+            sink = apply_opt(sink, opts[-1], renderer=renderer)
     for axis_id, (amount, padded) in sorted(amounts.items()):  # outermost first: the innermost gets the last LOCAL
         index = next(i for i, a in enumerate(kernel_axes(sink)) if a.arg.axis == axis_id)  # (the id gpudims orders by)
         for op in (OptOps.PADTO, OptOps.LOCAL) if padded else (OptOps.LOCAL,):

@@ -30,7 +30,7 @@ from ember.codegen.tensorcore import TensorCoreError, apply_tensor_core
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, Ops, RangeArg, UOp
 from ember.uop.symbolic import symbolic
-from ember.uop.upat import graph_rewrite, substitute
+from ember.uop.upat import PatternMatcher, UPat, graph_rewrite, substitute
 
 
 class OptOps(enum.Enum):
@@ -100,9 +100,11 @@ def apply_opt(sink: UOp, opt: Opt, name: str = "kernel", renderer: Renderer | No
             any(u.op is Ops.WMMA for u in sink.toposort()):
         raise KernelOptError(f"{name}: {opt}: {opt.op.name} after TC (a WMMA's fragments are vectors already)")
     if rng.src[0].op is not Ops.CONST:
-        if opt.op is OptOps.UPCAST and rng.arg.kind is not AxisKind.REDUCE and 2 <= amount:
-            return upcast_symbolic(sink, rng, amount, fresh_axis(sink), opt)
-        raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size (only UPCAST splits one)")
+        if opt.op in (OptOps.UPCAST, OptOps.LOCAL) and rng.arg.kind is not AxisKind.REDUCE and 2 <= amount:
+            if opt.op is OptOps.LOCAL: check_local(sink, rng, opt, amount, name, renderer)
+            kind = AxisKind.UPCAST if opt.op is OptOps.UPCAST else AxisKind.LOCAL
+            return split_symbolic(sink, rng, amount, fresh_axis(sink), opt, kind)
+        raise KernelOptError(f"{name}: {opt}: axis {opt.axis} has a symbolic size (only UPCAST and LOCAL split one)")
     size = range_size(rng)
     on_reduce = opt.op in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP)
     if reduces != on_reduce:
@@ -187,12 +189,12 @@ def fresh_axis(sink: UOp) -> int:
     return 1 + max(u.arg.axis for u in sink.toposort() if u.op is Ops.RANGE)
 
 
-def upcast_symbolic(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> UOp:
-    """UPCAST of an output loop of symbolic size n (a batch): ceil(n / amount) steps of `amount` lanes. The lanes
-    past n read the last row (an address clamped to n - 1: in bounds, no test per load) and store nothing (the
-    stores are gated by row < n)."""
+def split_symbolic(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt, kind: AxisKind) -> UOp:
+    """UPCAST (or LOCAL) of an output loop of symbolic size n (a batch): ceil(n / amount) steps of `amount` lanes
+    (threads of a workgroup). The lanes past n read the last row (an address clamped to n - 1: in bounds, no test
+    per load) and store nothing (the stores are gated by row < n)."""
     end, dtype = rng.src[0], rng.dtype
-    lane = UOp.range(amount, fresh, AxisKind.UPCAST, dtype)
+    lane = UOp.range(amount, fresh, kind, dtype)
     outer = UOp.range((end + (amount - 1)) // amount, rng.arg.axis, rng.arg.kind, dtype)
     row = outer * amount + lane
     inside = row < end
@@ -204,14 +206,29 @@ def upcast_symbolic(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> U
     sink = substitute(sink, {st: gated(st) for st in sink.toposort() if st.op is Ops.STORE and
                              rng in st.src[0].src[1].ranges})
     sink = substitute(sink, {rng: inside.where(row, end - 1)})
-    return graph_rewrite(sink, symbolic, name=f"opt {opt}")
+    return graph_rewrite(sink, symbolic + pm_clamped_row, name=f"opt {opt}")
+
+
+def clamped(w: UOp, n: UOp) -> bool:
+    """Whether w is `(x < n).where(x, n - 1)` for an x >= 0 (split_symbolic's row): a value in [0, n)."""
+    if w.op is not Ops.WHERE or w.src[0].op is not Ops.CMPLT or w.src[0].src != (w.src[1], n): return False
+    last = w.src[2]
+    return w.src[1].vmin >= 0 and last.op is Ops.ADD and last.src[0] is n and last.src[1].op is Ops.CONST and \
+        last.src[1].arg == -1
+
+
+# a row clamped into [0, n) is its own remainder mod n (a reshape's index of the batch axis), its quotient 0
+pm_clamped_row = PatternMatcher([
+    (UPat.var("w") % UPat.var("n"), lambda w, n: w if clamped(w, n) else None),
+    (UPat.var("w") // UPat.var("n"), lambda w, n: UOp.const(w.dtype, 0) if clamped(w, n) else None),
+])
 
 
 def upcast_padded(sink: UOp, rng: UOp, amount: int, fresh: int, opt: Opt) -> UOp:
     """UPCAST of an output loop of fixed size S by an `amount` that does not divide it (a 14-wide row of a
     convolution in vectors of 8): ceil(S / amount) steps of `amount` lanes, the lanes past S gated off in every
     access that moves with the loop: their loads read no memory and give 0, their stores write nothing (expand.py
-    makes the loads of consecutive lanes one masked vector load). Unlike a symbolic size's clamp (upcast_symbolic)
+    makes the loads of consecutive lanes one masked vector load). Unlike a symbolic size's clamp (split_symbolic)
     a gate keeps the addresses of a vector's lanes consecutive."""
     size, dtype = range_size(rng), rng.dtype
     lane = UOp.range(amount, fresh, AxisKind.UPCAST, dtype)

@@ -99,9 +99,9 @@ def wrap(x: UOp, reg: str) -> list[str]:
 
 def round_narrow(ctx: PTXContext, x: UOp, reg: str) -> list[str]:
     """A half or bfloat16 result computed in float, rounded to its type (as CUDA C's half_round/bf16_round)."""
-    if x.dtype.scalar is dtypes.float16:
+    if x.dtype.scalar is dtypes.float16:  # (through half_bits: a NaN keeps its payload, as CUDA C's half_round)
         h = ctx.new("b16")
-        return [f"cvt.rn.f16.f32 {h}, {reg};", f"cvt.f32.f16 {reg}, {h};"]
+        return [*half_bits(ctx, reg, h), f"cvt.f32.f16 {reg}, {h};"]
     if x.dtype.scalar is dtypes.bfloat16:
         h, r = ctx.new("b16"), ctx.new("b32")
         return [*bf16_bits(ctx, reg, h), f"cvt.u32.u16 {r}, {h};", f"shl.b32 {r}, {r}, 16;", f"mov.b32 {reg}, {r};"]
@@ -261,6 +261,7 @@ def int_to_int(src: DType, dst: DType, a: str, d: str) -> str:
     """Sign- or zero-extended by the source's type, or cut to the destination's bits (a 16-bit register of an 8-bit
     integer holds it extended from its 8 bits)."""
     st, dt = MEMORY[src] if src in NARROW else compute(src), MEMORY[dst] if dst in NARROW else compute(dst)
+    if src in NARROW and dst in NARROW and src is not dst: return f"cvt.{compute(dst)}.{dt} {d}, {a};"  # re-extend
     if bits(st) == bits(dt) and src.itemsize == dst.itemsize: return f"mov.{untyped(compute(dst))} {d}, {a};"
     return f"cvt.{dt}.{st} {d}, {a};"
 
@@ -277,8 +278,9 @@ def float_to_int(ctx: PTXContext, x: UOp, a: str, d: str) -> list[str]:
              f"selp.{wt} {wide}, {wide}, {-2**(via - 1)}, {inside};"]
     if x.dtype.scalar is dtypes.uint64:
         big, unsigned = ctx.new("pred"), ctx.new("u64")
+        top = immediate(2.0**64, x.src[0].dtype.scalar)  # (cvt clamps: 2**64 and above give via's minimum)
         lines += [f"cvt.rzi.u64.{ft} {unsigned}, {a};", f"setp.ge.{ft} {big}, {a}, {high};",
-                  f"selp.b64 {wide}, {unsigned}, {wide}, {big};"]
+                  f"setp.lt.and.{ft} {big}, {a}, {top}, {big};", f"selp.b64 {wide}, {unsigned}, {wide}, {big};"]
     return [*lines, int_to_int(dtypes.int64 if via == 64 else dtypes.int32, x.dtype.scalar, wide, d)]
 
 
@@ -294,6 +296,7 @@ def render_bitcast(ctx: PTXContext, x: UOp) -> list[str]:
     if dst is dtypes.bfloat16:
         r = ctx.new("b32")
         return [f"cvt.u32.u16 {r}, {a};", f"shl.b32 {r}, {r}, 16;", f"mov.b32 {d}, {r};"]
+    if src in NARROW and dst in NARROW: return [int_to_int(src, dst, a, d)]  # (int8 <-> uint8: re-extended)
     return [f"mov.b{bits(compute(dst))} {d}, {a};"]
 
 
@@ -303,13 +306,26 @@ def space(idx: UOp) -> str:
     return {AddrSpace.GLOBAL: "global", AddrSpace.LOCAL: "shared"}[idx.dtype.addrspace]  # type: ignore[attr-defined]
 
 
+def slot_bytes(dtype: DType, addrspace: AddrSpace) -> int:
+    """The bytes an element takes: its size, but a float's in shared memory for half and bfloat16 (workgroup memory
+    holds the values they are computed as, CUDA C's `__shared__ float`)."""
+    if addrspace is AddrSpace.LOCAL and dtype.scalar in (dtypes.float16, dtypes.bfloat16): return 4
+    return dtype.itemsize
+
+
+def access_type(dtype: DType, addrspace: AddrSpace) -> str:
+    """The type of an ld/st of `dtype` (not bool, nor half or bfloat16 in global memory: their own paths)."""
+    if addrspace is AddrSpace.LOCAL and dtype.scalar in (dtypes.float16, dtypes.bfloat16): return "f32"
+    return MEMORY[dtype.scalar]
+
+
 def render_index(ctx: PTXContext, x: UOp) -> list[str]:
     """The address of element `offset` of a buffer (64 bits); a register array's element is its register."""
     buf, offset = x.src[0], x.src[1]
     if x.dtype.addrspace is AddrSpace.REG:  # type: ignore[attr-defined]
         ctx.values[x] = [ctx.lanes(buf)[offset.arg * x.dtype.base.count + i] for i in range(x.dtype.base.count)]
         return []
-    size = x.dtype.base.itemsize
+    size = slot_bytes(x.dtype.base, x.dtype.addrspace)  # type: ignore[attr-defined]
     d = ctx.define(x, "u64")
     if compute(offset.dtype) in ("s64", "u64"):
         return [f"mul.lo.s64 {d}, {ctx[offset]}, {size};", f"add.s64 {d}, {d}, {ctx[buf]};"]
@@ -326,7 +342,7 @@ def render_load(ctx: PTXContext, x: UOp) -> list[str]:
     d = ctx.define(x)
     gate = f"@{ctx[idx.src[2]]} " if len(idx.src) > 2 else ""
     zero = [f"mov.{untyped(compute(x.dtype))} {d}, {immediate(0, x.dtype)};"] if gate else []
-    mt = MEMORY[scalar]
+    mt = access_type(x.dtype, idx.dtype.addrspace)  # type: ignore[attr-defined]
     where = f"[{ctx[idx]}]"
     if scalar is dtypes.bool:
         r = ctx.new("u16")
@@ -338,7 +354,6 @@ def render_load(ctx: PTXContext, x: UOp) -> list[str]:
         if scalar is dtypes.float16: return [*lines, f"cvt.f32.f16 {d}, {h};"]
         r = ctx.new("b32")
         return [*lines, f"cvt.u32.u16 {r}, {h};", f"shl.b32 {r}, {r}, 16;", f"mov.b32 {d}, {r};"]
-    if idx.dtype.addrspace is not AddrSpace.GLOBAL: mt = compute(x.dtype)  # (shared memory holds compute types)
     return [*zero, f"{gate}ld.{space(idx)}.{mt} {d}, {where};"]
 
 
@@ -356,7 +371,7 @@ def render_store(ctx: PTXContext, x: UOp) -> list[str]:
         h = ctx.new("b16")
         return [*(half_bits if scalar is dtypes.float16 else bf16_bits)(ctx, v, h),
                 f"{gate}st.{space(idx)}.b16 {where}, {h};"]
-    mt = MEMORY[scalar] if idx.dtype.addrspace is AddrSpace.GLOBAL else compute(value.dtype)
+    mt = access_type(value.dtype, idx.dtype.addrspace)  # type: ignore[attr-defined]
     return [f"{gate}st.{space(idx)}.{mt} {where}, {v};"]
 
 
@@ -457,7 +472,8 @@ class PTXRenderer(Renderer):
                 base = u.dtype.base
                 ctx.values[u] = [ctx.new(compute(base)) for _ in range(u.dtype.size * base.count)]
             elif u.op is Ops.DEFINE_LOCAL:
-                head.insert(0, f".shared .align 16 .b8 temp{u.arg}[{u.dtype.size * u.dtype.base.itemsize}];")
+                slot = slot_bytes(u.dtype.base, AddrSpace.LOCAL)
+                head.insert(0, f".shared .align 16 .b8 temp{u.arg}[{u.dtype.size * slot}];")
                 head.append(f"mov.u64 {ctx.define(u, 'u64')}, temp{u.arg};")
             elif u.op is Ops.BARRIER:
                 body.append("bar.sync 0;")

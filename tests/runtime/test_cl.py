@@ -185,17 +185,18 @@ def test_padto_pads_an_axis_of_few_divisors_for_its_workgroups() -> None:
 
 
 def test_a_symbolic_batch_is_a_grid_dimension_of_its_size() -> None:
-    """A loop of symbolic size (a batch bound per call) is a grid dimension whose size is computed from the
-    variable's value at each launch, not a loop each thread runs; the program cache keeps the size as a form."""
+    """A loop of symbolic size (a batch bound per call) is split into workgroups of threads (LOCAL) over a grid
+    dimension whose size is computed from the variable's value at each launch, not a loop each thread runs; the rows
+    past n store nothing; the program cache keeps the size as a form."""
     from ember.variables import Variable
-    n = Variable("n", 1, 64)
-    x = np.arange(64 * 8, dtype=np.float32)
+    n = Variable("n", 1, 200)
+    x = np.arange(200 * 8, dtype=np.float32)
     from ember.engine import realize
-    for rows in (5, 64, 1):
+    for rows in (5, 130, 1):
         t = cl(x[:rows * 8]).realize().reshape(n.bind(rows), 8)
         np.testing.assert_array_equal((t * 2 + 1).sum(1).numpy(), (x[:rows * 8].reshape(rows, 8) * 2 + 1).sum(1))
     specs = [r.spec for key, r in realize._runners.items() if key[0] == "CL" and "n" in r.spec.variables]
-    assert specs and all(s.global_size[0] == ("var", "n") and s.grid((7,))[0] == 7 for s in specs)
+    assert specs and all(s.local_size == (64,) and s.grid((7,))[0] == 1 and s.grid((130,))[0] == 3 for s in specs)
     assert all("%" not in s.src[s.src.index("__kernel"):] for s in specs)  # (gidx < n: no `% n` left)
     for s in specs:  # the program cache keeps the symbolic size and reads it back
         back = realize.spec_from_json(realize.spec_to_json(s, "key"), s.ast, "key")

@@ -86,3 +86,32 @@ def test_cuda_ptx_without_a_driver_says_so() -> None:
     if Device.why_not("CUDA:PTX") is None: pytest.skip("a CUDA driver is here")
     with pytest.raises(DeviceError, match="no CUDA driver"):
         Device["CUDA:PTX"]
+
+
+def test_int8_and_uint8_are_re_extended_when_they_change_sign() -> None:
+    """A 16-bit register holds an 8-bit integer extended from its 8 bits by its own signedness: uint8 200 as int8 is
+    -56, so a cast (or bitcast) between the two extends again."""
+    u = on(np.arange(64, dtype=np.uint8)).realize()
+    (src,) = ptx_of(u.cast("int8") // 3)
+    assert "cvt.s16.s8" in src and "div.s16" in src
+    (src,) = ptx_of(u.bitcast("int8") < 0)
+    assert "cvt.s16.s8" in src
+
+
+def test_a_float_to_uint64_is_bounded_above_too() -> None:
+    """1e20 to uint64 gives float_to_int's answer (2**63, through int64), not cvt's clamp to 2**64 - 1."""
+    (src,) = ptx_of(on(np.ones(64, np.float32)).cast("uint64"))
+    assert "setp.lt.and.f32" in src and "0f5F800000" in src  # a < 2**64
+
+
+def test_shared_memory_holds_half_partials_as_floats() -> None:
+    """A GROUP of half: the partials in shared memory are floats, 4 bytes a slot, read and written as f32."""
+    from ember.codegen import get_program
+    from ember.codegen.opt import Opt, OptOps
+    (item,) = on(np.ones((2, 1024), np.float16)).realize().max(-1).values.schedule()
+    src = get_program(item.ast, NULL.renderer, opts=[Opt(OptOps.GROUP, 1, 16)]).src
+    assert ".shared .align 16 .b8 temp0[64];" in src and "st.shared.f32" in src and "ld.shared.f32" in src
+    assert NULL.compiler.compile(src)
+    (item,) = on(np.ones((2, 1024), np.int8)).realize().max(-1).values.schedule()
+    src = get_program(item.ast, NULL.renderer, opts=[Opt(OptOps.GROUP, 1, 16)]).src
+    assert "temp0[16];" in src and "st.shared.s8" in src and "ld.shared.s8" in src
