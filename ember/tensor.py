@@ -138,6 +138,19 @@ def _numpy_to_uop(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     return UOp(Ops.RESHAPE, dtype, (buffer_uop(buf),), arr.shape)
 
 
+# the tensors backward() was called on (losses), realized by the next optimizer step with its updates: the forward
+# pass they share with the gradients is computed once (a loss realized afterwards, as a torch user reads it after
+# opt.step(), would recompute it). Weak: a loss nobody keeps is not computed.
+BACKWARD_OUTPUTS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def take_backward_outputs() -> list[Tensor]:
+    """The tensors backward() was called on since the last call, forgotten by this one."""
+    out = list(BACKWARD_OUTPUTS.values())
+    BACKWARD_OUTPUTS.clear()
+    return out
+
+
 class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, ReduceMixin, OrderingMixin, NNMixin,
              CreationMixin, RandomMixin, LinalgMixin):
     """A lazy n-dimensional array.
@@ -238,6 +251,7 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         if not targets: raise RuntimeError("backward: no tensor with requires_grad=True is used to compute this one")
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):
             t.grad = g if t.grad is None else t.grad + g
+        if not Tensor.traced_inputs: BACKWARD_OUTPUTS[id(self)] = self
         return self
 
     def detach(self) -> Tensor:

@@ -154,6 +154,23 @@ def test_step_realizes_params_and_state_in_one_schedule(monkeypatch):
     assert opt.t.item() == 1
 
 
+def test_a_loss_backward_was_called_on_is_realized_with_the_step(monkeypatch):
+    """torch's order (backward, step, then read the loss): the loss is computed in the step's schedule, from the
+    parameters before the update, not again afterwards from the updated ones."""
+    x, w = np.arange(6, dtype=np.float32).reshape(3, 2), np.ones((2, 2), np.float32)
+    tw = torch.tensor(w, requires_grad=True)
+    want = ((torch.tensor(x) @ tw).relu() ** 2).mean()
+    want.backward()
+    ew = Tensor(w, requires_grad=True)
+    opt = SGD([ew], lr=0.1)
+    loss = ((Tensor(x) @ ew).relu() ** 2).mean()
+    loss.backward()
+    opt.step()
+    assert kernelize.is_buffer_view(loss.uop), "the loss was left for a second schedule"
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-6)
+    np.testing.assert_allclose(ew.numpy(), w - 0.1 * tw.grad.numpy(), rtol=1e-6)
+
+
 def test_zero_grad_forgets_gradients_and_step_needs_them():
     w = Tensor([1.0, 2.0])
     opt = SGD([w], lr=0.5)

@@ -25,7 +25,7 @@ from typing import cast
 
 from ember.dtype import DType, dtypes
 from ember.nn.module import take_pending_buffers
-from ember.tensor import Tensor
+from ember.tensor import Tensor, take_backward_outputs
 
 
 class Optimizer:
@@ -52,8 +52,8 @@ class Optimizer:
         """Update every parameter from its gradient, in one schedule; returns the parameters, state and buffers of
         this optimizer that it realized.
 
-        `outputs` (the loss, say) are realized in the same schedule: realized afterwards, they would recompute the
-        forward pass from the old parameters."""
+        `outputs` are realized in the same schedule, and so is every tensor backward() was called on since the last
+        step (the loss): realized afterwards, they would recompute the forward pass from the old parameters."""
         grads = [p.grad for p in self.params]
         missing = [i for i, g in enumerate(grads) if g is None]
         if missing: raise RuntimeError(f"{type(self).__name__}.step: parameters {missing} have no gradient; "
@@ -61,7 +61,7 @@ class Optimizer:
         updated = self._updates(cast(list[Tensor], grads)) + self.buffers  # cast: None was ruled out above
         # also every buffer a forward pass updated lazily since the last step (BatchNorm's running statistics),
         # whether or not this optimizer was given it: model.parameters() leaves buffers out
-        Tensor.realize(*outputs, *updated, *take_pending_buffers())
+        Tensor.realize(*outputs, *take_backward_outputs(), *updated, *take_pending_buffers())
         return updated
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
