@@ -202,7 +202,10 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         scores = {a: sum(runs[o] if stride_one(o, a, fit(a)) else -runs[o] * (lanes - 1) if a in o.ranges else 0
                          for o in offsets) for a in axes if fixed(a) and fit(a) >= min(4, lanes) and
                   (a.arg.kind is not AxisKind.REDUCE or renderer.reassociates)}
-        scores = {a: s for a, s in scores.items() if s > 0 and (a.arg.kind is AxisKind.REDUCE or
+        # an output axis whose stores are not stride one stores lane by lane: taken only in a kernel that reduces
+        # (a store per output, against the loads of the whole reduction: a convolution's output channels, where
+        # its rows are narrower than a vector, 2 x 2 in ResNet's last stage), its score paying for those stores
+        scores = {a: s for a, s in scores.items() if s > 0 and (a.arg.kind is AxisKind.REDUCE or bool(reduces) or
                                                            all(stride_one(o, a, fit(a)) for o in stored))}
         if scores: vector = max(scores, key=lambda a: (scores[a], a.arg.kind is not AxisKind.REDUCE, a.arg.axis))
         else: vector = compute_bound(nodes, wide, offsets, fit)

@@ -138,6 +138,10 @@ def _resample_uint8(x: Tensor, axis: int, n_out: int, align_corners: bool) -> Te
     return (acc // (1 << bits)).clip(0, 255).cast(dtypes.uint8)
 
 
+IM2COL_BELOW = 16  # a convolution whose output rows are narrower is a matmul of its windows (conv2d)
+IM2COL_ROW = 16  # the windows' rows are padded to a multiple of this: whole vectors of float32 on any SIMD CPU
+
+
 class NNMixin:
     """torch.nn.functional's ops as Tensor methods, with tinygrad's names where it has them."""
 
@@ -177,6 +181,24 @@ class NNMixin:
                                  f"{x.shape[2:]} of {self.shape}")
         win = _pool(x, kernel, st, dl)  # (bs, cin, *out, *kernel)
         out_sp = win.shape[2:2 + n]
+        if groups == 1 and isinstance(out_sp[-1], int) and (out_sp[-1] < IM2COL_BELOW or any(s > 1 for s in st)):
+            # rows narrower than a vector (ResNet's 8 x 8 .. 2 x 2 stages), or read with a stride: no axis of the
+            # direct form's kernels, forward or backward, reads memory with stride one, and they run in scalars.
+            # As a matmul of the windows, copied out as rows (im2col), each of its three products has one
+            m = bs * prod(out_sp)
+            cols = win.permute(0, *range(2, 2 + n), 1, *range(2 + n, 2 + 2 * n)).reshape(m, -1)
+            k = cols.shape[1]
+            wide = -(-k // IM2COL_ROW) * IM2COL_ROW  # (a row of 147, the 7 x 7 stem's, padded with zeros to 160)
+            cols = cols.pad(((0, 0), (0, wide - k))).contiguous()
+            dtype = least_upper_dtype(self.dtype, weight.dtype)
+            acc = dtypes.float32 if dtype.is_float and dtype.itemsize < 4 else dtype
+            # the dot form (both operands along the sum), not Tensor.matmul's packed copy of the weight: its
+            # gradients then read the weight and the windows along their rows too
+            # (the weight's gradient stored as (cout, K) rows, one axis along K, not (cout, cin, 3, 3): rows of 3)
+            w2 = weight.reshape(cout, -1).pad(((0, 0), (0, wide - k))).contiguous_backward()
+            out = (cols.cast(acc).unsqueeze(1) * w2.unsqueeze(0).cast(acc)).sum(-1, dtype=acc).cast(dtype)
+            out = out.reshape(bs, *out_sp, cout).permute(0, n + 1, *range(1, n + 1))
+            return out if bias is None else out + bias.reshape((1, cout) + (1,) * n)
         win = win.reshape((bs, groups, 1, cin // groups) + out_sp + kernel)
         w = weight.reshape((1, groups, cout // groups, cin // groups) + (1,) * n + kernel)
         dtype = least_upper_dtype(self.dtype, weight.dtype)
