@@ -138,7 +138,7 @@ def _resample_uint8(x: Tensor, axis: int, n_out: int, align_corners: bool) -> Te
     return (acc // (1 << bits)).clip(0, 255).cast(dtypes.uint8)
 
 
-IM2COL_BELOW = 16  # a convolution whose output rows are narrower is a matmul of its windows (conv2d)
+IM2COL_BELOW = 8  # a convolution whose output rows are narrower is a matmul of its windows (conv2d)
 IM2COL_ROW = 16  # the windows' rows are padded to a multiple of this: whole vectors of float32 on any SIMD CPU
 
 
@@ -182,7 +182,7 @@ class NNMixin:
         win = _pool(x, kernel, st, dl)  # (bs, cin, *out, *kernel)
         out_sp = win.shape[2:2 + n]
         if groups == 1 and isinstance(out_sp[-1], int) and (out_sp[-1] < IM2COL_BELOW or any(s > 1 for s in st)):
-            # rows narrower than a vector (ResNet's 8 x 8 .. 2 x 2 stages), or read with a stride: no axis of the
+            # rows narrower than a vector (ResNet's 4 x 4 and 2 x 2 stages), or read with a stride: no axis of the
             # direct form's kernels, forward or backward, reads memory with stride one, and they run in scalars.
             # As a matmul of the windows, copied out as rows (im2col), each of its three products has one
             m = bs * prod(out_sp)
