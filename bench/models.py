@@ -16,7 +16,7 @@ Models (name for --only), float32, weights and data drawn once in numpy and give
 Each framework runs in a worker process of its own. A worker builds the step as a user would write it (ember: the
 step under ember.jit; torch.compile: the forward and loss compiled, autograd and torch.optim as usual) and runs the
 first step (timed: compile included, with caches empty, "cold", then again in a fresh worker over the same caches,
-"warm"); the first step's loss (gpt2: its logits) is checked against torch eager's. Then rounds: each worker in turn
+"warm"), then WARM more untimed; the first step's loss (gpt2: its logits) is checked against torch eager's. Then rounds: each worker in turn
 (a different one first each round) runs `steps` steps, timing each; a round's figure is its median step. Printed per
 model: each framework's median over rounds [range], and ember's speed as a ratio to each peer per round, median and
 range (> 1: ember is faster). The machine's speed drifts; ratios of one round are taken minutes apart at most.
@@ -38,6 +38,7 @@ import numpy as np
 
 FRAMEWORKS = ("ember", "torch", "torch.compile")
 MODELS = ("mlp64", "mlp256", "cnn", "transformer", "resnet18", "gpt2")
+WARM = 2  # steps after the first, before any is timed
 RESNET_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))  # (channels, stride of the stage's first block)
 
 
@@ -239,6 +240,7 @@ def worker(framework: str, model: str, folder: str) -> None:
     value = ops.fetch(out)
     first = time.perf_counter() - start
     np.save(os.path.join(folder, f"{framework}-{model}.npy"), value)
+    for _ in range(WARM): ops.sync(step())  # (ember.jit captures on the second call, replays from the third)
     replies.write(json.dumps({"first": first}) + "\n")
     replies.flush()
     for line in sys.stdin:
