@@ -251,4 +251,10 @@ def open_device(target: str = "") -> Compiled:
     """The first CUDA GPU (CUDA:PTX: its kernels in PTX): a DeviceError without a driver (or without a GPU the
     driver sees)."""
     if target not in ("", "PTX"): raise DeviceError(f"CUDA:{target}: no such renderer; CUDA and CUDA:PTX are known")
-    return CUDADevice(CUDADriver(), ptx=target == "PTX")
+    try:
+        driver = CUDADriver()
+    except DeviceError as e:
+        if target != "PTX": raise
+        raise DeviceError(f"CUDA:PTX: {e}; its PTX assembles on NULL:PTX (pip install nvidia-nvjitlink==13.5.37)") \
+            from None
+    return CUDADevice(driver, ptx=target == "PTX")
