@@ -17,9 +17,10 @@ Each framework runs in a worker process of its own. A worker builds the step as 
 step under ember.jit; torch.compile: the forward and loss compiled, autograd and torch.optim as usual) and runs the
 first step (timed: compile included, with caches empty, "cold", then again in a fresh worker over the same caches,
 "warm"), then WARM more untimed; the first step's loss (gpt2: its logits) is checked against torch eager's. Then
-rounds: each worker in turn (a different one first each round) runs `steps` steps, timing each; a round's figure is its median step. Printed per
-model: each framework's median over rounds [range], and ember's speed as a ratio to each peer per round, median and
-range (> 1: ember is faster). The machine's speed drifts; ratios of one round are taken minutes apart at most.
+rounds: each worker in turn (a different one first each round) runs `steps` steps, timing each; a round's figure is
+its median step. Printed per model: each framework's median over rounds [range], and ember's speed as a ratio to
+each peer per round, median and range (> 1: ember is faster). The machine's speed drifts; ratios of one round are
+taken minutes apart at most.
 """
 
 from __future__ import annotations
