@@ -659,3 +659,21 @@ def test_sparse_categorical_crossentropy_gradient_matches_torch():
 ])
 def test_losses_reject_bad_arguments(call, error, match):
     with pytest.raises(error, match=match): call(Tensor.zeros(2, 3))
+
+
+@pytest.mark.parametrize("size, stride, kernel", [(2, 1, 3), (4, 1, 3), (16, 2, 7), (9, 2, 1)])
+def test_a_trained_convolution_of_narrow_or_strided_rows_matches_torch(size, stride, kernel):
+    """Rows under 8 wide or a stride: conv2d with a weight that wants a gradient is a matmul of its windows (im2col,
+    rows padded to 16); its value and both gradients equal torch's."""
+    rng = np.random.default_rng(size * stride)
+    x = rng.standard_normal((3, 5, size, size)).astype(np.float32)
+    w = (rng.standard_normal((6, 5, kernel, kernel)) / kernel).astype(np.float32)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    want = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=kernel // 2)
+    (want * want).sum().backward()
+    ex, ew = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    got = ex.conv2d(ew, stride=stride, padding=kernel // 2)
+    (got * got).sum().backward()
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ew.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -181,10 +181,13 @@ class NNMixin:
                                  f"{x.shape[2:]} of {self.shape}")
         win = _pool(x, kernel, st, dl)  # (bs, cin, *out, *kernel)
         out_sp = win.shape[2:2 + n]
-        if groups == 1 and isinstance(out_sp[-1], int) and (out_sp[-1] < IM2COL_BELOW or any(s > 1 for s in st)):
+        training = not type(self).no_grad and any(t.requires_grad for t in (self, weight))
+        if training and groups == 1 and isinstance(out_sp[-1], int) and \
+                (out_sp[-1] < IM2COL_BELOW or any(s > 1 for s in st)):
             # rows narrower than a vector (ResNet's 4 x 4 and 2 x 2 stages), or read with a stride: no axis of the
             # direct form's kernels, forward or backward, reads memory with stride one, and they run in scalars.
-            # As a matmul of the windows, copied out as rows (im2col), each of its three products has one
+            # As a matmul of the windows, copied out as rows (im2col), each of its three products has one. Only
+            # where a gradient is wanted: the direct forward is as fast and fuses an epilogue (eval batchnorm)
             m = bs * prod(out_sp)
             cols = win.permute(0, *range(2, 2 + n), 1, *range(2 + n, 2 + 2 * n)).reshape(m, -1)
             k = cols.shape[1]

@@ -90,7 +90,7 @@ def test_a_half_convolution_goes_on_the_tensor_core() -> None:
     device_or_skip("CL:CUDA")
     on = tensor_on("CL:CUDA")
     rng = np.random.default_rng(4)
-    x, w = rng.standard_normal((2, 12, 9, 7)).astype(np.float16), rng.standard_normal((20, 12, 3, 3)).astype(np.float16)
+    x, w = rng.standard_normal((2, 12, 9, 9)).astype(np.float16), rng.standard_normal((20, 12, 3, 3)).astype(np.float16)
     out = on(x).conv2d(on(w), padding=1)
     (item,) = out.schedule()
     assert any(o.op is OptOps.TC for o in get_program(item.ast, Device["CL:CUDA"].renderer).opts)
