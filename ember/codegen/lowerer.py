@@ -38,6 +38,26 @@ class LowerContext:
 
     registers: itertools.count = field(default_factory=itertools.count)
     contract: bool = False
+    enclosing: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # reduce range -> loops it runs inside
+
+
+def loops_enclosing(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """For each reduce range, the loops it will run inside: those of every reduction that shares it, since their
+    loops merge (merge_loops). A copy of an unrolled reduction whose value does not depend on an outer loop (rows
+    of a convolution's padding that are all alike) runs in that loop all the same, so its accumulator restarts
+    there too."""
+    reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE]
+    enclosing: dict[UOp, frozenset[UOp]] = {}
+    changed = True
+    while changed:  # (a reduction's loops take in those of every reduction sharing one of them, to a fixed point)
+        changed = False
+        for red in reduces:
+            own = frozenset(red.src[1:])
+            outer = frozenset(red.ranges).union(*(enclosing.get(r, frozenset()) for r in own)) - own
+            for r in own:
+                if not outer <= enclosing.get(r, frozenset()):
+                    enclosing[r], changed = enclosing.get(r, frozenset()) | outer, True
+    return enclosing
 
 
 def end_ranges(value: UOp, ranges: tuple[UOp, ...]) -> UOp:
@@ -49,7 +69,9 @@ def end_ranges(value: UOp, ranges: tuple[UOp, ...]) -> UOp:
 def lower_reduce(ctx: LowerContext, red: UOp) -> UOp:
     """REDUCE(value, *ranges) -> an accumulator register set, updated in the loops, and read after them."""
     value, ranges, op = red.src[0], red.src[1:], red.arg
-    outer = red.ranges  # the loops the whole reduction sits in: the accumulator restarts in each of their steps
+    # the loops the whole reduction sits in: the accumulator restarts in each of their steps
+    outer = sorted(frozenset(red.ranges).union(*(ctx.enclosing.get(r, frozenset()) for r in ranges)) - set(ranges),
+                   key=lambda r: r.arg.axis)
     acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), arg=next(ctx.registers))
     zero = UOp.const(dtypes.int32, 0)
     init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc.after(*outer), zero)), reduce_identity(op,
@@ -125,7 +147,7 @@ def merge_loops(sink: UOp) -> UOp:
 def lower(sink: UOp, contract: bool = False) -> UOp:
     """The kernel with reductions as accumulator loops and every loop closed (see the module docstring); with
     `contract`, sums of float products accumulate by fused multiply-add (see LowerContext)."""
-    ctx = LowerContext(contract=contract)
+    ctx = LowerContext(contract=contract, enclosing=loops_enclosing(sink))
     sink = merge_loops(graph_rewrite(sink, pm_lower_reduce, ctx=ctx, name="lower reductions"))
     if SPEC:
         check_stage(sink, "lower")

@@ -135,3 +135,15 @@ def test_nested_reduce_restarts_inner_accumulator_in_outer_loop():
 def test_spec_rejects_a_reduce_after_lower():
     with pytest.raises(SpecError, match="spec after lower: REDUCE survived lowering"):
         check_stage(rangeified(lambda: f32(4, 6).sum(1)), "lower")
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 16, 16), (2, 3, 16, 12)])
+def test_an_unrolled_copy_that_ignores_the_outer_loop_still_restarts_in_it(shape: tuple[int, ...]):
+    """A convolution of a constant input, its rows unrolled by 8: the middle rows' copies of the reduction read no
+    value of the row loop (the window never reaches the padding there) and share one accumulator, but their loops
+    merge with the edge rows' copies inside the row loop, so that accumulator must restart in each of its steps.
+    Once it was set before the row loop and the second block of rows came out doubled."""
+    import torch
+    w = np.ones((4, shape[1], 3, 3), np.float32)
+    want = torch.nn.functional.conv2d(torch.ones(shape), torch.tensor(w), padding=1).numpy()
+    np.testing.assert_array_equal(Tensor.ones(*shape).conv2d(Tensor(w), padding=1).numpy(), want)
