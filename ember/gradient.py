@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ember.dtype import dtypes
+from ember.errors import ShapeError
 from ember.helpers import argsort, prod
 from ember.uop.fold import body_with, fold_parts
 from ember.uop.ops import TANGENT, GroupOp, Ops, ScatterArg, UOp, constant_of
@@ -185,7 +186,19 @@ def grad_fold(ctx: Tensor, ret: UOp) -> Grads:
     return (*g_carry, *g_xs, *(by_param.get(p) for p in params))
 
 
+def grad_vjp(ctx: Tensor, ret: UOp) -> Grads:
+    """Tensor.custom_vjp's node: its pull gives the inputs' gradients; none flows into the value's own graph."""
+    inputs = [as_tensor(s, ctx) for s in ret.src[1:]]
+    grads = tuple(ret.arg(ctx, *inputs))
+    shapes_differ = any(g is not None and g.shape != t.shape for g, t in zip(grads, inputs, strict=False))
+    if len(grads) != len(inputs) or shapes_differ:
+        raise ShapeError(f"custom_vjp: the pull gave gradients of shapes {[None if g is None else g.shape for g in grads]} for "
+                         f"inputs of shapes {[t.shape for t in inputs]}; it must give one per input, of its shape")
+    return (None, *(None if g is None else g.cast(t.dtype) for g, t in zip(grads, inputs, strict=False)))
+
+
 pm_gradient = PatternMatcher([
+    (UPat(Ops.VJP, name="ret"), grad_vjp),
     (UPat(Ops.FOLD, name="ret"), grad_fold),
     (UPat(Ops.CAST, name="ret", src=(UPat.var("x"),)), lambda ctx, ret, x: (ctx.cast(x.dtype),)),
     (UPat((Ops.CONTIGUOUS, Ops.COPY), name="ret"), lambda ctx, ret: (ctx,)),

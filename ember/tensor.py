@@ -263,6 +263,14 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         its own when realized) before it flows on, as tinygrad's: a kernel boundary in the backward pass."""
         return self._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
 
+    def custom_vjp(self, inputs: Sequence[Tensor], pull: Callable[..., Sequence[Tensor | None]]) -> Tensor:
+        """self's values, whose gradient with respect to `inputs` is `pull(grad, *inputs)` (one gradient, or None,
+        per input) instead of the derivative of the graph that computes self: a derivative known in a form that
+        runs faster than the one composition gives (a convolution's input gradient as a transposed convolution).
+        Forward mode and vmap see self's own graph; under no_grad, self as it is."""
+        if Tensor.no_grad: return self
+        return self._wrap(UOp(Ops.VJP, self.dtype, (self.uop, *(t.uop for t in inputs)), pull))
+
     # ---- assignment and in-place ops ----------------------------------------------------------------------------
 
     def assign(self, value: Tensor | Any) -> Tensor:

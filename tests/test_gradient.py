@@ -239,3 +239,49 @@ def test_gradient_of_a_chain_of_100000_ops() -> None:
     np.testing.assert_allclose(x.grad.numpy(), np.full(3, scale), rtol=1e-3)
     np.testing.assert_allclose(y.numpy(), x0 * scale + 0.001 * (scale - 1) / (np.float64(np.float32(1.00001)) - 1),
                                rtol=1e-3)
+
+
+# ---- custom_vjp ----------------------------------------------------------------------------------------------------
+
+def straight_through_round(x: Tensor) -> Tensor:
+    """round(x), with the gradient of the identity (a straight-through estimator)."""
+    return x.round().custom_vjp((x,), lambda g, x: (g,))
+
+
+def test_custom_vjp_gradient_is_the_pulls():
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    ex = Tensor(X * 3, requires_grad=True)
+    got = straight_through_round(ex) * Tensor(w)
+    got.sum().backward()
+    tx = torch.tensor(X * 3, requires_grad=True)
+    want = ((tx.round() - tx).detach() + tx) * torch.tensor(w)
+    want.sum().backward()
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(ex.grad.numpy(), tx.grad.numpy())
+
+
+def test_custom_vjp_none_stops_the_gradient_and_second_derivatives_differentiate_the_pull():
+    x, y = Tensor(X, requires_grad=True), Tensor(Y, requires_grad=True)
+    out = (x * y).custom_vjp((x, y), lambda g, x, y: (g * y * x, None))  # d/dx = x * y: not the product's own
+    gx, = out.sum().gradient(x)
+    np.testing.assert_allclose(gx.numpy(), X * Y, rtol=1e-6)
+    gy = out.sum().gradient(x, y)[1]
+    np.testing.assert_array_equal(gy.numpy(), np.zeros_like(Y))  # (the pull gives y none: a zero gradient)
+    ggx, = gx.sum().gradient(x)  # d/dx sum(x * y) = y: the pull's graph is differentiated as any other
+    np.testing.assert_allclose(ggx.numpy(), Y, rtol=1e-6)
+
+
+def test_custom_vjp_value_graph_serves_forward_mode_and_vmap():
+    from ember import ad
+    from ember.export import Arg, NumericalFunction
+    f = NumericalFunction("st", lambda x: (x * x).custom_vjp((x,), lambda g, x: (g * 0,)), [Arg(4)])
+    x, v = np.array([1.0, -2.0, 0.5, 3.0], np.float32), np.array([1.0, 1.0, 2.0, -1.0], np.float32)
+    np.testing.assert_allclose(ad.jvp(f)(x, v), 2 * x * v, rtol=1e-6)  # the value's derivative, not the pull's
+    batch = np.stack([x, v])
+    np.testing.assert_allclose(ad.vmap(f, axis_size=2)(batch), batch * batch, rtol=1e-6)
+
+
+def test_custom_vjp_rejects_a_pull_of_the_wrong_shape():
+    x = Tensor(X, requires_grad=True)
+    out = x.exp().custom_vjp((x,), lambda g, x: (g.sum(0),))
+    with pytest.raises(ShapeError, match="custom_vjp: the pull gave gradients of shapes"): out.sum().backward()

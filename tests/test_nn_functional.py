@@ -677,3 +677,43 @@ def test_a_trained_convolution_of_narrow_or_strided_rows_matches_torch(size, str
     np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ew.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", [
+    ((2, 4, 12, 11), (6, 4, 3, 3), dict(padding=1)),
+    ((2, 4, 13, 12), (6, 2, 3, 3), dict(groups=2, stride=2, padding=1)),  # grouped and strided: the direct form
+    ((1, 3, 12, 14), (4, 3, 2, 3), dict(padding="same", dilation=2)),  # uneven padding, dilated
+    ((2, 3, 11, 12), (5, 3, 3, 2), dict(padding=(0, 2), stride=(3, 1))),  # rows the stride never reads
+    ((2, 3, 20), (4, 3, 5), dict(padding=2)),  # 1-d
+    ((1, 2, 9, 8, 10), (3, 2, 3, 2, 3), dict(padding=1)),  # 3-d
+])
+def test_conv_gradients_match_torch(x_shape, w_shape, kwargs):
+    """A direct convolution's gradients (a transposed convolution for the input, a correlation for the weight;
+    mixin/nn.py ConvGradient) equal torch's, and differentiate again (the input gradient's own gradient)."""
+    rng = np.random.default_rng(sum(x_shape))
+    x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
+    conv = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d, 3: torch.nn.functional.conv3d}[len(x_shape) - 2]
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    want = conv(tx, tw, **kwargs)
+    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    want_gx, want_gw = torch.autograd.grad(want, (tx, tw), torch.tensor(g), create_graph=True)
+    want_ggw, = torch.autograd.grad((want_gx * want_gx).sum(), tw)
+    ex, ew = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    got = ex.conv2d(ew, **kwargs)
+    gx, gw = got.gradient(ex, ew, gradient=Tensor(g))
+    ggw, = (gx * gx).sum().gradient(ew)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gx.numpy(), want_gx.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw.numpy(), want_gw.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ggw.numpy(), want_ggw.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_conv_input_gradient_is_one_kernel_without_the_windows():
+    """The input gradient is a convolution of the output's gradient: no buffer of the windows' gradient (k^2 times
+    the input) is stored, and half inputs accumulate in float as the forward does."""
+    x = Tensor(np.ones((2, 8, 16, 16), np.float16), requires_grad=True)
+    w = Tensor(np.ones((8, 8, 3, 3), np.float16), requires_grad=True)
+    gx, = x.conv2d(w, padding=1).sum().gradient(x)
+    assert max(b.size for item in gx.schedule() for b in item.bufs) < 9 * x.numel()
+    np.testing.assert_array_equal(gx.numpy(), torch.nn.functional.conv_transpose2d(
+        torch.ones(2, 8, 16, 16), torch.ones(8, 8, 3, 3), padding=1).numpy().astype(np.float16))

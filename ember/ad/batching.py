@@ -135,6 +135,7 @@ def lift_scatter_add(ctx: Lifting, u: UOp) -> UOp:
 
 
 pm_lift = PatternMatcher([
+    (UPat(Ops.VJP), lambda ctx: ctx.srcs[0] if ctx.batched[0] else broadcast_front(ctx.srcs[0], ctx.size)),
     (UPat(Ops.FOLD, name="u"), lift_fold),
     (UPat(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}, name="u"),
      lift_elementwise),

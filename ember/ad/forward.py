@@ -43,6 +43,7 @@ def tangent_of(u: UOp, tans: dict[UOp, UOp], size: int) -> UOp | None:
     have = [s in tans for s in u.src]
     if u.op is Ops.DETACH or not any(have): return None
     if u.op is Ops.FOLD: return foldtangent_op(u, tans, size)
+    if u.op is Ops.VJP: return tans.get(u.src[0])  # its value's own tangent (the pull is reverse mode's)
     if u.op in LINEAR or (u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD):
         if not have[0]: return None  # a GATHER's (a SCATTER_ADD's) indices have no derivative
         return lift_node(u, [(tans[u.src[0]], True), *((s, False) for s in u.src[1:])], size)

@@ -61,6 +61,7 @@ def _propagate(u: UOp, srcs: list[np.ndarray | None], cols: int, inputs: set[UOp
     """The dependency array of u from its sources' (None: depends on nothing)."""
     if all(s is None for s in srcs) or u.op in NO_DERIVATIVE or not u.dtype.is_float: return None
     x = srcs[0]
+    if u.op is Ops.VJP: return x  # depends as its value does
     if u.op is Ops.WHERE: srcs = srcs[1:]
     if u.op in GroupOp.Elementwise or u.op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY):
         present = [s for s in srcs if s is not None]

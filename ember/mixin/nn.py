@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -138,6 +139,51 @@ def _resample_uint8(x: Tensor, axis: int, n_out: int, align_corners: bool) -> Te
     return (acc // (1 << bits)).clip(0, 255).cast(dtypes.uint8)
 
 
+@dataclass(frozen=True)
+class ConvGradient:
+    """The gradients of a direct convolution (Tensor.custom_vjp's pull). Composition would give the input's as
+    the windows' gradient (summed over the output channels, stored: k^2 times the input's size) folded back onto
+    the input, two more kernels; it is a convolution itself, of the output's gradient spread out by the stride
+    and padded by the kernel's extent, with the weight flipped and its channel axes swapped: one kernel that reads
+    rows as the forward does. The weight's is the correlation of the windows with the output's gradient."""
+
+    groups: int
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    pads: tuple[tuple[int, int], ...]
+
+    def __call__(self, g: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+        n, groups, kernel = weight.ndim - 2, self.groups, weight.shape[2:]
+        bs, cin, cout, out_sp = x.shape[0], x.shape[1], weight.shape[0], g.shape[2:]
+        acc = dtypes.float32 if g.dtype.itemsize < 4 else g.dtype
+        g = g.cast(acc)
+        spread = g
+        for ax, s in enumerate(self.stride):  # s - 1 zeros between neighbours
+            if s == 1: continue
+            axis, o = 2 + ax, spread.shape[2 + ax]
+            spread = spread.unsqueeze(axis + 1).pad([(0, 0)] * (axis + 1) + [(0, s - 1)] +
+                                                    [(0, 0)] * (spread.ndim - axis - 1))
+            spread = spread.reshape(spread.shape[:axis] + (o * s,) + spread.shape[axis + 2:])
+            spread = spread.shrink([(0, (o - 1) * s + 1) if a == axis else None for a in range(spread.ndim)])
+        # input row j of the padded input gets g[o] w[t] where j = o s + t d: a full correlation of the spread
+        # gradient, cut to the unpadded rows (a side cut off more than it pads is a shrink)
+        edges = []
+        for i, k, d, (before, _), length in zip(x.shape[2:], kernel, self.dilation, self.pads, spread.shape[2:],
+                                                     strict=True):
+            extent = d * (k - 1) + 1
+            edges.append((extent - 1 - before, i + before - length))
+        spread = spread.pad([(0, 0)] * 2 + [(max(b, 0), max(a, 0)) for b, a in edges])
+        spread = spread.shrink([None, None] + [(max(-b, 0), s - max(-a, 0)) for (b, a), s in
+                                               zip(edges, spread.shape[2:], strict=True)])
+        w = weight.cast(acc).reshape((groups, cout // groups, cin // groups) + kernel).transpose(1, 2)
+        w = w.reshape((cin, cout // groups) + kernel).flip(list(range(2, 2 + n)))
+        dx = spread.conv2d(w, groups=groups, dilation=self.dilation)
+        win = _pool(x.cast(acc).pad([(0, 0), (0, 0)] + list(self.pads)), kernel, self.stride, self.dilation)
+        win = win.reshape((bs, groups, 1, cin // groups) + out_sp + kernel)
+        dw = (win * g.reshape((bs, groups, cout // groups, 1) + out_sp + (1,) * n)).sum([0] + list(range(4, 4 + n)))
+        return dx, dw.reshape(weight.shape)
+
+
 IM2COL_BELOW = 8  # a convolution whose output rows are narrower is a matmul of its windows (conv2d)
 IM2COL_ROW = 16  # the windows' rows are padded to a multiple of this: whole vectors of float32 on any SIMD CPU
 
@@ -208,6 +254,7 @@ class NNMixin:
         acc = dtypes.float32 if dtype.is_float and dtype.itemsize < 4 else dtype  # half products summed in float
         out = (win.cast(acc) * w.cast(acc)).sum([3] + list(range(4 + n, 4 + 2 * n)), dtype=acc).cast(dtype)
         out = out.reshape((bs, cout) + out_sp)
+        if dtype.is_float: out = out.custom_vjp((self, weight), ConvGradient(groups, st, dl, tuple(pads)))
         return out if bias is None else out + bias.reshape((1, cout) + (1,) * n)
 
     conv1d = conv3d = conv2d

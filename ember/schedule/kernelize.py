@@ -200,7 +200,9 @@ def split_reduce(x: UOp) -> UOp | None:
     return UOp(Ops.RESHAPE, x.dtype, (total,), x.shape)
 
 
-pm_split_reduce = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="x"), split_reduce)])
+# before fusion: reductions split, and a custom_vjp node is its value (its pull was the gradient's business)
+pm_prepare = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="x"), split_reduce),
+                             (UPat(Ops.VJP, name="x"), lambda x: x.src[0])])
 
 
 CHAIN_LIMIT = 64  # nodes searched below a broadcast value for the reduction it ends on
@@ -461,8 +463,8 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ExecItem | Lo
     sink = UOp(Ops.SINK, dtypes.void, tuple(outputs))
     if (shared := share_folds(sink)) is not sink: outputs, sink = list(shared.src), shared  # (read from a replay)
     moved: dict[UOp, UOp] = {}  # (a rewrite of a graph without such a reduction would only cost time)
-    if any(u.op is Ops.REDUCE_AXIS and split_reduce(u) is not None for u in sink.toposort()):
-        moved = graph_rewrite_map(sink, pm_split_reduce)
+    if any(u.op is Ops.VJP or (u.op is Ops.REDUCE_AXIS and split_reduce(u) is not None) for u in sink.toposort()):
+        moved = graph_rewrite_map(sink, pm_prepare)
         outputs = [moved[u] for u in outputs]
     realized, together = find_realized(outputs)
     order = UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort()

@@ -28,6 +28,7 @@ class Ops(enum.IntEnum):
     BUFFER = enum.auto(); CONST = enum.auto(); COPY = enum.auto(); CONTIGUOUS = enum.auto()  # noqa: E702
     ASSIGN = enum.auto(); DETACH = enum.auto(); KERNEL = enum.auto()  # noqa: E702
     CONTIGUOUS_BACKWARD = enum.auto()  # the identity forward; its gradient is stored (CONTIGUOUS) before it flows on
+    VJP = enum.auto()  # VJP(value, *inputs), arg a pull: value, its gradient pull(ctx, *inputs) (Tensor.custom_vjp)
     RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()  # noqa: E702
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
     REDUCE_AXIS = enum.auto(); ARANGE = enum.auto()  # noqa: E702  (ARANGE: the tensor 0..arg-1)
