@@ -60,8 +60,9 @@ def _padding_pairs(padding: IntOrTuple | str, kernel: tuple[int, ...], dilation:
 def _pool(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
     """(..., *spatial) -> (..., *out, *kernel): out[o..., k...] = x[o * stride + k * dilation] on each axis.
 
-    One axis at a time, with movement ops only: x tiled e times and cut into k rows of i + d elements puts
-    x[(k * d + c) mod i] at row k, column c, so column c = o * s holds x[o * s + k * d]."""
+    One axis at a time, with movement ops only. Windows that do not overlap (d = 1, s >= k) are rows of s cut to k;
+    otherwise x tiled e times and cut into k rows of i + d elements puts x[(k * d + c) mod i] at row k, column c,
+    so column c = o * s holds x[o * s + k * d]."""
     n = len(kernel)
     lead = x.ndim - n
     for ax, (k, s, d) in enumerate(zip(kernel, stride, dilation, strict=True)):
@@ -71,10 +72,13 @@ def _pool(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation:
         i = x.shape[-1]
         o = (i - d * (k - 1) - 1) // s + 1
         if o * s > i: x = x.pad([(0, 0)] * (x.ndim - 1) + [(0, o * s - i)]); i = o * s  # never read by a window
-        e = -(-k * (i + d) // i)
-        x = x.unsqueeze(-2).expand(x.shape[:-1] + (e, i)).reshape(x.shape[:-1] + (e * i,))
-        x = x[..., :k * (i + d)].reshape(x.shape[:-1] + (k, i + d))[..., :o * s]
-        x = x.reshape(x.shape[:-1] + (o, s))[..., 0]  # (..., k_ax, o_ax)
+        if d == 1 and s >= k:  # (a 2 x 2 pool; its gradient is a pad, with no sum over tiled copies)
+            x = x[..., :o * s].reshape(x.shape[:-1] + (o, s))[..., :k].transpose(-1, -2)  # (..., k_ax, o_ax)
+        else:
+            e = -(-k * (i + d) // i)
+            x = x.unsqueeze(-2).expand(x.shape[:-1] + (e, i)).reshape(x.shape[:-1] + (e * i,))
+            x = x[..., :k * (i + d)].reshape(x.shape[:-1] + (k, i + d))[..., :o * s]
+            x = x.reshape(x.shape[:-1] + (o, s))[..., 0]  # (..., k_ax, o_ax)
         m = x.ndim
         x = x.permute(list(range(axis)) + [m - 1] + list(range(axis, m - 1)))
     return x
