@@ -124,6 +124,20 @@ def test_batchnorm_trains_and_tracks_running_statistics(cls, torch_cls, shape, k
     check_module(ours.eval(), theirs.eval(), data(*shape, seed=9))
 
 
+def test_batchnorm_training_gradient_differentiates_again():
+    """Training batchnorm's closed-form input gradient (nn/norm.py BatchNormGradient) is a function of x like any
+    other: the gradient of its square's sum equals torch's double backward."""
+    ours, theirs = BatchNorm2d(3), torch.nn.BatchNorm2d(3)
+    x_np, g_np = data(4, 3, 5, 6, seed=1) * 2 + 1, data(4, 3, 5, 6, seed=2)
+    x, tx = Tensor(x_np, requires_grad=True), torch.tensor(x_np, requires_grad=True)
+    with Tensor.train(): gx, = ours(x).gradient(x, gradient=Tensor(g_np))
+    tgx, = torch.autograd.grad(theirs.train()(tx), tx, torch.tensor(g_np), create_graph=True)
+    np.testing.assert_allclose(gx.numpy(), tgx.detach().numpy(), **TOL)
+    ggx, = (gx * gx).sum().gradient(x)
+    tggx, = torch.autograd.grad((tgx * tgx).sum(), tx)
+    np.testing.assert_allclose(ggx.numpy(), tggx.numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_batchnorm_without_running_statistics_uses_the_batch(training):
     ours, theirs = BatchNorm(3, track_running_stats=False), torch.nn.BatchNorm1d(3, track_running_stats=False)

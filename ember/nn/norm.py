@@ -6,6 +6,8 @@ see ember.nn.module.Module) that the layer updates with `assign` while training.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ember.dtype import dtypes
 from ember.errors import ShapeError
 from ember.nn.layers import IntOrTuple, _tuple
@@ -32,6 +34,28 @@ def init_norm(module: Module, num_features: int, eps: float, momentum: float | N
         module.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
 
 
+@dataclass(frozen=True)
+class BatchNormGradient:
+    """The gradients of batch normalization with the batch's own statistics (Tensor.custom_vjp's pull), in the
+    closed form: with xhat = (x - mean) * invstd and sums over the normalized axes, dx = weight * invstd *
+    (g - (sum g + xhat * sum g xhat) / n), dweight = sum g xhat, dbias = sum g. Composition would pull g back
+    through the variance and the mean separately, a pass over x for each; here two sums and one elementwise
+    kernel. The statistics get no gradient of their own: dx accounts for them."""
+
+    axes: tuple[int, ...]
+    has_weight: bool
+
+    def __call__(self, g: Tensor, x: Tensor, mean: Tensor, invstd: Tensor, *affine: Tensor) -> tuple:
+        shape = tuple(s if i not in self.axes else 1 for i, s in enumerate(x.shape))
+        xhat = (x - mean.reshape(shape)) * invstd.reshape(shape)
+        g_sum, gx_sum = g.sum(self.axes), (g * xhat).sum(self.axes)
+        n = x.numel() // x.shape[1]
+        scale = affine[0] * invstd if self.has_weight else invstd
+        dx = scale.reshape(shape) * (g - (g_sum.reshape(shape) + xhat * gx_sum.reshape(shape)) * (1 / n))
+        params = (gx_sum, g_sum) if self.has_weight else (g_sum,)
+        return (dx, None, None, *params[:len(affine)])
+
+
 class BatchNorm(Module):
     """Batch normalization over axis 1 of (N, C, ...) inputs, as torch's BatchNorm1d/2d/3d.
 
@@ -56,7 +80,11 @@ class BatchNorm(Module):
             if training and self.track_running_stats: self._update_running_stats(x, mean, var)
         else:
             mean, var = self.running_mean, self.running_var
-        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+        invstd = (var + self.eps).rsqrt()
+        out = x.batchnorm(self.weight, self.bias, mean, invstd)
+        if not (training or not self.track_running_stats): return out
+        affine = tuple(t for t in (self.weight, self.bias) if t is not None)
+        return out.custom_vjp((x, mean, invstd, *affine), BatchNormGradient(axes, self.weight is not None))
 
     def _update_running_stats(self, x: Tensor, mean: Tensor, var: Tensor) -> None:
         n = x.numel() // x.shape[1]
