@@ -192,8 +192,9 @@ def grad_vjp(ctx: Tensor, ret: UOp) -> Grads:
     grads = tuple(ret.arg(ctx, *inputs))
     shapes_differ = any(g is not None and g.shape != t.shape for g, t in zip(grads, inputs, strict=False))
     if len(grads) != len(inputs) or shapes_differ:
-        raise ShapeError(f"custom_vjp: the pull gave gradients of shapes {[None if g is None else g.shape for g in grads]} for "
-                         f"inputs of shapes {[t.shape for t in inputs]}; it must give one per input, of its shape")
+        shapes = [None if g is None else g.shape for g in grads]
+        raise ShapeError(f"custom_vjp: the pull gave gradients of shapes {shapes} for inputs of shapes "
+                         f"{[t.shape for t in inputs]}; it must give one per input, of its shape")
     return (None, *(None if g is None else g.cast(t.dtype) for g, t in zip(grads, inputs, strict=False)))
 
 

@@ -87,6 +87,11 @@ def broadcast_constant(dtype: DType, value: float | int, shape: tuple[int, ...])
     return c
 
 
+def relu_pull(g: Tensor, x: Tensor, out: Tensor) -> tuple[Tensor, None]:
+    """relu's gradient (Tensor.custom_vjp): g where the output is not <= 0; the output itself gets none."""
+    return (out <= 0).where(0.0, g), None  # (a NaN passes it, as torch)
+
+
 class ElementwiseMixin:
     """Operators and math functions of Tensor."""
 
@@ -418,8 +423,13 @@ class ElementwiseMixin:
         return self.eq(-float("inf")) if detect_negative else self.full_like(False, dtypes.bool)
     def isfinite(self: Tensor) -> Tensor: return (self - self).eq(0)  # inf - inf and NaN - NaN are NaN
     def relu(self: Tensor) -> Tensor:
-        """max(x, 0) with torch's derivative at 0 (zero); NaN and -0.0 are kept, as torch's relu keeps them."""
-        return (self <= 0).where((self < 0).where(0, self.detach()), self)  # a zero passes, with no gradient
+        """max(x, 0) with torch's derivative at 0 (zero); NaN and -0.0 are kept, as torch's relu keeps them.
+
+        The gradient passes where the output is positive: read from the output, which the next layer stores
+        anyway, not from a mask of the input's signs that a backward pass would need stored (a bool, read lane by
+        lane)."""
+        out = (self <= 0).where((self < 0).where(0, self.detach()), self)  # a zero passes, with no gradient
+        return out.custom_vjp((self, out), relu_pull)
 
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         """self limited to [min_, max_]; the gradient flows to self inside and at the bounds (as torch)."""
