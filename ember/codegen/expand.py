@@ -220,6 +220,8 @@ class Expander:
                 inner = {**env, **dict(zip(copies, values, strict=True))}
                 if over_lanes: inner[self.vector] = chunk  # type: ignore[index]
                 term = self.value(value, inner)
+                if isinstance(term, tuple) and term[0].dtype.is_float and not over_lanes:
+                    term = self.as_vector(term)  # (gathered lanes: one vector accumulator, not one per lane)
                 terms.append((term,) * self.width if over_lanes and self.is_scalar(term) else term)  # type: ignore
             chain = functools.reduce(lambda a, b: self.build(UOp(op, x.dtype, (value, value), SERIAL), [a, b]), terms)
             parts.append(self.reduce_loops(chain, loops, x))

@@ -106,3 +106,29 @@ def test_attention_evaluates_each_softmax_weight_once_in_its_product_with_v(vect
     assert executions(spec.uops, {Ops.FDIV, Ops.RECIPROCAL}) == per_weight * b * h * n * n
     want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v))).numpy()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32, 64])
+def test_a_max_pool_and_its_gradient_go_in_vectors_along_the_rows_they_store(vector_bytes: int) -> None:
+    """A 2 x 2 max pool reads its window at 2x + k and its gradient reads the pooled values at x // 2: no load walks
+    a row with stride one, but the stores do. Both kernels are UPCAST along the stored row (the lanes' addresses
+    are constants from one base) and the pool's maxima go in vector accumulators, not one per lane: in scalar code
+    the 32 x 32 x 32 x 32 pool took 2.4 ms, its gradient 2.8 ms; in vectors 0.1 and 0.2 ms. Values against torch."""
+    rng = np.random.default_rng(5)
+    x_np = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    x = Tensor(x_np, requires_grad=True)
+    out = x.max_pool2d(2)
+    gx, = (out * out).sum().gradient(x)
+    renderer = CRenderer(vector_bytes, 1)
+    for t in (out, gx):
+        for item in t.schedule():
+            sink = rangeify(item.ast)
+            window = [u for u in sink.toposort() if u.op is Ops.REDUCE]
+            with Context(NOOPT=0, BEAM=0): spec = get_program(item.ast, renderer)
+            assert spec.opts and spec.opts[0].op is OptOps.UPCAST, (t is out, spec.opts)
+            if window: assert all(u.dtype.count > 1 for u in spec.uops if u.op is Ops.DEFINE_REG)
+    tx = torch.tensor(x_np, requires_grad=True)
+    want = F.max_pool2d(tx, 2)
+    want_gx, = torch.autograd.grad((want * want).sum(), tx)
+    np.testing.assert_array_equal(out.numpy(), want.detach().numpy())
+    np.testing.assert_allclose(gx.numpy(), want_gx.numpy(), rtol=1e-6)
