@@ -692,7 +692,8 @@ def test_conv_gradients_match_torch(x_shape, w_shape, kwargs):
     mixin/nn.py ConvGradient) equal torch's, and differentiate again (the input gradient's own gradient)."""
     rng = np.random.default_rng(sum(x_shape))
     x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
-    conv = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d, 3: torch.nn.functional.conv3d}[len(x_shape) - 2]
+    F = torch.nn.functional
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(x_shape) - 2]
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     want = conv(tx, tw, **kwargs)
     g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
