@@ -285,3 +285,23 @@ def test_custom_vjp_rejects_a_pull_of_the_wrong_shape():
     x = Tensor(X, requires_grad=True)
     out = x.exp().custom_vjp((x,), lambda g, x: (g.sum(0),))
     with pytest.raises(ShapeError, match="custom_vjp: the pull gave gradients of shapes"): out.sum().backward()
+
+
+@pytest.mark.parametrize("name, ours, theirs", [
+    ("softmax", lambda t: t.softmax(1), lambda t: t.softmax(1)),
+    ("log_softmax", lambda t: t.log_softmax(-1), lambda t: t.log_softmax(-1)),
+    ("layernorm", lambda t: t.layernorm(), lambda t: torch.nn.functional.layer_norm(t, (7,))),
+    ("layernorm_two_axes", lambda t: t.layernorm((1, 2)), lambda t: torch.nn.functional.layer_norm(t, (5, 7))),
+])
+def test_closed_form_gradients_match_torch_to_second_order(name, ours, theirs):
+    """softmax, log_softmax and layernorm pull their gradients back from their outputs in closed form
+    (custom_vjp); the first derivative and the derivative of its square's sum equal torch's."""
+    rng = np.random.default_rng(3)
+    x, g = (rng.standard_normal((3, 5, 7)).astype(np.float32) for _ in range(2))
+    ex, tx = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    gx, = ours(ex).gradient(ex, gradient=Tensor(g))
+    tgx, = torch.autograd.grad(theirs(tx), tx, torch.tensor(g), create_graph=True)
+    np.testing.assert_allclose(gx.numpy(), tgx.detach().numpy(), rtol=1e-5, atol=1e-6)
+    ggx, = (gx * gx).sum().gradient(ex)
+    tggx, = torch.autograd.grad((tgx * tgx).sum(), tx)
+    np.testing.assert_allclose(ggx.numpy(), tggx.numpy(), rtol=1e-4, atol=1e-4)

@@ -188,6 +188,19 @@ class ConvGradient:
         return dx, dw.reshape(weight.shape)
 
 
+@dataclass(frozen=True)
+class LayerNormGradient:
+    """layernorm's gradient from its output xhat (Tensor.custom_vjp's pull): invstd (g - mean g - xhat mean g xhat)
+    over the normalized axes, two sums and one elementwise pass, where composition pulls g back through the
+    variance and the mean separately. The output and the statistics get none of their own."""
+
+    axes: tuple[int, ...]
+
+    def __call__(self, g: Tensor, x: Tensor, xhat: Tensor, invstd: Tensor) -> tuple[Tensor, None, None]:
+        mean_g, mean_gx = g.mean(self.axes, keepdim=True), (g * xhat).mean(self.axes, keepdim=True)
+        return invstd * (g - mean_g - xhat * mean_gx), None, None
+
+
 IM2COL_BELOW = 8  # a convolution whose output rows are narrower is a matmul of its windows (conv2d)
 IM2COL_ROW = 16  # the windows' rows are padded to a multiple of this: whole vectors of float32 on any SIMD CPU
 
@@ -456,7 +469,10 @@ class NNMixin:
         """(x - mean) / sqrt(var + eps) over `axis`, with the biased variance (no affine)."""
         x = self.float_like()
         centered = x - x.mean(axis, keepdim=True)
-        return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+        invstd = (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+        out = centered * invstd
+        axes = tuple(a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis))
+        return out.custom_vjp((x, out, invstd), LayerNormGradient(axes))
 
     def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                   axis: int | Sequence[int] = 1) -> Tensor:

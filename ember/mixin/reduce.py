@@ -53,6 +53,19 @@ class ValuesIndices(NamedTuple):
     indices: Tensor
 
 
+class SoftmaxGradient(NamedTuple):
+    """softmax's and log_softmax's gradients from their outputs y (Tensor.custom_vjp's pull): y (g - sum g y) and
+    g - exp(y) sum g, one sum and one elementwise pass; composition pulls g back through the division and the
+    exponential, with a sum of its own for each. The output gets no gradient of its own."""
+
+    axis: int
+    log: bool
+
+    def __call__(self, g: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, None]:
+        if self.log: return g - y.exp() * g.sum(self.axis, keepdim=True), None
+        return y * (g - (g * y).sum(self.axis, keepdim=True)), None
+
+
 class ReduceMixin:
     """Reductions over axes, and matrix products.
 
@@ -192,7 +205,8 @@ class ReduceMixin:
         x = self.float_like() if dtype is None else self.cast(dtype)
         if x._is_empty_along(axis, "softmax"): return x
         e = (x - x._max_values(axis, True, "softmax").detach()).exp()
-        return e / e.sum(axis, keepdim=True)
+        out = e / e.sum(axis, keepdim=True)
+        return out.custom_vjp((x, out), SoftmaxGradient(axis % x.ndim, log=False))
 
     def log_softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
                     dim: int | None = None) -> Tensor:
@@ -205,7 +219,8 @@ class ReduceMixin:
         x = self.float_like() if dtype is None else self.cast(dtype)
         if x._is_empty_along(axis, "log_softmax"): return x
         shifted = x - x._max_values(axis, True, "log_softmax").detach()
-        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+        out = shifted - shifted.exp().sum(axis, keepdim=True).log()
+        return out.custom_vjp((x, out), SoftmaxGradient(axis % x.ndim, log=True))
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The index (int64) of the first largest element over `axis` (of the flattened tensor when None); NaN wins."""
