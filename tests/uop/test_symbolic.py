@@ -331,6 +331,20 @@ def test_divmod_keeps_negative_multiples_of_the_divisor(op):
         check_same_value_everywhere(expr, simplify(expr))
 
 
+@pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD])
+def test_divmod_of_a_multiple_plus_a_small_rest(op):
+    """(f*y + r) // (f*c) = y // c and (f*y + r) % (f*c) = f*(y % c) + r for r in [0, f): the lanes of a vector of
+    16 inside a head's 64 columns, (16*o + lane) // 64 = o // 4 (stride_one then sees the lanes consecutive); a rest
+    that can reach f, or a negative one, is left alone. Same value at every point."""
+    o, lane, k = UOp.variable("o", 0, 47), UOp.variable("lane", 0, 15), UOp.variable("k", -2, 3)
+    c64 = UOp.const(dtypes.int32, 64)
+    folded = simplify((o * 16 + lane).alu(op, c64))
+    assert folded.render() == ("o//4" if op is Ops.IDIV else "lane+((o%4)*16)")
+    for expr in ((o * 16 + lane).alu(op, c64), (o * 32 + lane * 2 + 1).alu(op, UOp.const(dtypes.int32, 96)),
+                 (o * 16 + lane + 3).alu(op, c64), (o * 16 + k + 2).alu(op, c64)):
+        check_same_value_everywhere(expr, simplify(expr))
+
+
 def test_finishes_within_tells_a_loop_from_a_return():
     assert _finishes_within(3, "", "pass") and not _finishes_within(1, "", "while True: pass")
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
