@@ -235,6 +235,15 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         add(OptOps.UNROLL, vector, lanes)
         if r > 1: add(OptOps.UPCAST, pair[0], r)
         if c > 1: add(OptOps.UPCAST, pair[1], c)
+        # the loop over the larger operand's rows goes outside: a tile of its rows stays in cache while the smaller
+        # operand streams past, from a cache it fits in (GPT-2's 128 x 768 activations, 0.4 MB, under 3072 x 768
+        # weights, 9.4 MB: 21 -> 60 GFLOP/s), not the larger one from memory once per tile of the smaller
+        size = {a: max((footprint(o) for o in streamed if a in o.ranges and pair[0 if a is pair[1] else 1] not in
+                        o.ranges), default=0) for a in pair}
+        if size[pair[1]] > size[pair[0]] and (p := position(pair[1])) is not None and \
+                (q := position(pair[0])) is not None and p > q:
+            opts.append(Opt(OptOps.SWAP, q, p))
+            sink = apply_opt(sink, opts[-1], renderer=renderer)
     elif vector is not None and vector.arg.kind is AxisKind.REDUCE:
         add(OptOps.UNROLL, vector, lanes * next(n for n in (4, 2, 1) if range_size(vector) % (lanes * n) == 0))
     elif vector is not None and reduces and len(outputs + batch) >= 2:  # a register tile: r rows x v vectors
@@ -364,6 +373,11 @@ def fixed(a: UOp) -> bool:
 def most(a: UOp) -> int:
     """The most iterations the loop runs: its size, or its variable's maximum."""
     return int(a.src[0].vmax)
+
+
+def footprint(offset: UOp) -> int:
+    """The elements an access walks over all its loops (an operand's size)."""
+    return prod(most(r) for r in offset.ranges)
 
 
 def dot_tile(outputs: list[UOp], streamed: list[UOp]) -> tuple[UOp, UOp] | None:

@@ -132,3 +132,20 @@ def test_a_max_pool_and_its_gradient_go_in_vectors_along_the_rows_they_store(vec
     want_gx, = torch.autograd.grad((want * want).sum(), tx)
     np.testing.assert_array_equal(out.numpy(), want.detach().numpy())
     np.testing.assert_allclose(gx.numpy(), want_gx.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows, cols", [(16, 256), (256, 16)])
+def test_dot_products_loop_over_the_larger_operand_outside(rows: int, cols: int) -> None:
+    """x @ w.T reads both operands along the sum (a tile of dot products). The loop over the larger operand's rows
+    goes outside (SWAP when that is w's), so a tile of it stays in cache while the smaller one streams past from a
+    cache it fits in (GPT-2's 128 x 768 activations against a 3072 x 768 weight: 21 -> 60 GFLOP/s). Values
+    against numpy."""
+    rng = np.random.default_rng(2)
+    x_np, w_np = rng.standard_normal((rows, 64)).astype(np.float32), rng.standard_normal((cols, 64)).astype(np.float32)
+    out = Tensor(x_np).realize() @ Tensor(w_np).realize().T
+    (item,) = out.schedule()
+    renderer = CRenderer(32, 1)
+    with Context(NOOPT=0, BEAM=0): spec = get_program(item.ast, renderer)
+    assert any(o.op is OptOps.UNROLL for o in spec.opts)
+    assert any(o.op is OptOps.SWAP for o in spec.opts) == (cols > rows), spec.opts
+    np.testing.assert_allclose(out.numpy(), x_np @ w_np.T, rtol=1e-4, atol=1e-4)
