@@ -71,7 +71,9 @@ class ActivationMixin:
             raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         out_dtype = self.float_like().dtype
         x = self.cast(dtypes.float32) if out_dtype.itemsize < 4 else self.float_like()
-        if approximate == "tanh": out = 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+        # 0.5 (1 + tanh z) = sigmoid(2z): the same function, without 1 + tanh's cancellation for x << 0, and an exp
+        # that vector lanes evaluate as a polynomial, not tanh called lane by lane (GPT-2's MLP: 8.4 -> ? ms)
+        if approximate == "tanh": out = x * (math.sqrt(8 / math.pi) * (x + 0.044715 * x * x * x)).sigmoid()
         else: out = 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
         return out.cast(out_dtype)
 
