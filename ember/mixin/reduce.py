@@ -53,6 +53,26 @@ class ValuesIndices(NamedTuple):
     indices: Tensor
 
 
+def sum_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """t summed over the axes a broadcast to t.shape added or stretched from `shape`."""
+    if lead := t.ndim - len(shape): t = t.sum(tuple(range(lead)))
+    stretched = tuple(i for i, (have, want) in enumerate(zip(t.shape, shape, strict=True)) if want == 1 and have != 1)
+    return t.sum(stretched, keepdim=True) if stretched else t
+
+
+def matmul_pull(g: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """a @ b's gradients as matmuls of the operands as given (Tensor.custom_vjp's pull): g @ b.T and a.T @ g, each
+    choosing its own form (x @ w.T's input gradient reads w itself, with stride one along its rows, not the
+    packed copy the forward read, which it would read across), summed over broadcast batch axes; torch's rules
+    for 1-d operands."""
+    a2, b2 = (a.unsqueeze(0) if a.ndim == 1 else a), (b.unsqueeze(-1) if b.ndim == 1 else b)
+    g2 = g.unsqueeze(-2) if a.ndim == 1 else g
+    g2 = g2.unsqueeze(-1) if b.ndim == 1 else g2
+    da = sum_to(g2 @ b2.transpose(-1, -2), a2.shape).reshape(a.shape)
+    db = sum_to(a2.transpose(-1, -2) @ g2, b2.shape).reshape(b.shape)
+    return da, db
+
+
 class SoftmaxGradient(NamedTuple):
     """softmax's and log_softmax's gradients from their outputs y (Tensor.custom_vjp's pull): y (g - sum g y) and
     g - exp(y) sum g, one sum and one elementwise pass; composition pulls g back through the division and the
@@ -302,7 +322,7 @@ class ReduceMixin:
         out = prod._reduce(Ops.ADD, -1, False, "matmul").cast(out_dtype)
         if self.ndim == 1: out = out.squeeze(-2)
         if other.ndim == 1: out = out.squeeze(-1)
-        return out
+        return out.custom_vjp((self, other), matmul_pull) if out_dtype.is_float else out
 
     dot = matmul
 
