@@ -26,7 +26,7 @@ from ember.codegen.opt import LANE_KINDS, range_size
 from ember.dtype import dtypes
 from ember.renderer import Renderer
 from ember.uop.ops import SERIAL, GroupOp, Ops, UOp
-from ember.uop.symbolic import affine_step, symbolic
+from ember.uop.symbolic import affine_step, lane_symbolic
 from ember.uop.upat import graph_rewrite
 
 Lanes = UOp | tuple[UOp, ...]  # a vector UOp, a scalar (the same in every lane), or one scalar per lane
@@ -34,7 +34,9 @@ Lanes = UOp | tuple[UOp, ...]  # a vector UOp, a scalar (the same in every lane)
 
 @functools.lru_cache(maxsize=1 << 14)  # bounded: a long-running process builds kernels without end
 def simplify(x: UOp) -> UOp:
-    return graph_rewrite(x, symbolic)
+    """A lane's address or gate simplified, a lane's place in a row of lanes included (a vector of 16 in a head's 64
+    columns: (16*o + 3) // 64 = o // 4), so that consecutive lanes are seen to be."""
+    return graph_rewrite(x, lane_symbolic)
 
 
 def split_constant(x: UOp) -> tuple[UOp | None, int]:

@@ -45,7 +45,7 @@ from ember.dtype import dtypes
 from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
-from ember.uop.symbolic import symbolic
+from ember.uop.symbolic import lane_symbolic
 from ember.uop.upat import graph_rewrite, substitute
 
 WINDOW = 16  # a reduction over at most this many elements per output (a pool's window) is vectorized like an
@@ -67,7 +67,7 @@ def stride_one(offset: UOp, rng: UOp, group: int = 1) -> bool:
     outer = rng.replace(src=(UOp.const(rng.dtype, size // group),), arg=type(rng.arg)(-1, kind))
     lane = rng.replace(src=(UOp.const(rng.dtype, max(group - 1, 1)),), arg=type(rng.arg)(-2, kind))
     at = outer * group + lane if group > 1 else outer
-    step = graph_rewrite(substitute(offset, {rng: at + 1}) - substitute(offset, {rng: at}), symbolic)
+    step = graph_rewrite(substitute(offset, {rng: at + 1}) - substitute(offset, {rng: at}), lane_symbolic)
     return step.op is Ops.CONST and step.arg == 1
 
 

@@ -210,14 +210,6 @@ def fold_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
         return y // (c // g) if is_div else (y % (c // g)) * g
     if x.vmin < 0: return None
     if x.vmax < c: return x.const_like(0) if is_div else x
-    # (f*y + r) // (f*c') = y // c' and (f*y + r) % (f*c') = f*(y % c') + r, for y >= 0 and r in [0, f): the lanes
-    # of a vector of f inside a row of f*c' (a head's 64 columns read 16 at a time: (16*o + lane) // 64 = o // 4)
-    for f in sorted({math.gcd(c, k) for k in terms.values()}, reverse=True):
-        if f < 2 or f == c: continue
-        big = {t: k // f for t, k in terms.items() if k % f == 0}
-        r = build_sum(x.dtype, ((t, k) for t, k in terms.items() if t not in big), const)
-        if r.vmin < 0 or r.vmax >= f or (y := build_sum(x.dtype, big.items(), 0)).vmin < 0: continue
-        return y // (c // f) if is_div else (y % (c // f)) * f + r
     # k*t = (k//d)*d*t + (k%d)*t: the multiples of d move to the quotient (a pool's (h + 31*kh) % 30 is h + kh), a
     # negative coefficient only when d divides it (else the rest could go negative, where C's / is not floor)
     quotient = {t: k // c for t, k in terms.items() if k >= c or k % c == 0}
@@ -227,6 +219,23 @@ def fold_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
     q = build_sum(x.dtype, quotient.items(), const // c)
     if rest.vmax < c: return q if is_div else rest
     return q + rest // c if is_div else rest % c
+
+
+def fold_lane_divmod(root: UOp, x: UOp, d: UOp) -> UOp | None:
+    """(f*y + r) // (f*c) = y // c and (f*y + r) % (f*c) = f*(y % c) + r, for y >= 0 and r in [0, f): the lanes of a
+    vector of f inside a row of f*c (a head's 64 columns read 16 at a time: (16*o + lane) // 64 = o // 4). Only in
+    `lane_symbolic` (the heuristic's question whether lanes are consecutive): in the kernels themselves it would
+    turn a loop's i % p, which split_periodic takes apart, into forms it does not."""
+    c, is_div = d.arg, root.op is Ops.IDIV
+    if c <= 0 or not _no_wrap(x) or x.vmin < 0: return None
+    terms, const = split_sum(x)
+    for f in sorted({math.gcd(c, k) for k in terms.values()}, reverse=True):
+        if f < 2 or f == c: continue
+        big = {t: k // f for t, k in terms.items() if k % f == 0}
+        r = build_sum(x.dtype, ((t, k) for t, k in terms.items() if t not in big), const)
+        if r.vmin < 0 or r.vmax >= f or (y := build_sum(x.dtype, big.items(), 0)).vmin < 0: continue
+        return y // (c // f) if is_div else (y % (c // f)) * f + r
+    return None
 
 
 def fold_nested_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
@@ -361,6 +370,10 @@ pm_structural_zeros = PatternMatcher([
 
 symbolic = pm_fold_constants + pm_identities + pm_canonical_ints + pm_fold_divmod + pm_decide_comparisons + \
     pm_exact_floats + pm_structural_zeros
+# symbolic, and a lane's place in a row of lanes (fold_lane_divmod): for the heuristic's question, not for kernels
+lane_symbolic = PatternMatcher([(UPat((Ops.IDIV, Ops.MOD), dtype=INTS, name="root", src=(UPat.var("x"),
+                                                                                          UPat.cvar("d"))),
+                                 fold_lane_divmod)]) + symbolic
 
 
 def simplify(x: UOp) -> UOp:

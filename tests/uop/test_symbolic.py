@@ -333,16 +333,18 @@ def test_divmod_keeps_negative_multiples_of_the_divisor(op):
 
 @pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD])
 def test_divmod_of_a_multiple_plus_a_small_rest(op):
-    """(f*y + r) // (f*c) = y // c and (f*y + r) % (f*c) = f*(y % c) + r for r in [0, f): the lanes of a vector of
-    16 inside a head's 64 columns, (16*o + lane) // 64 = o // 4 (stride_one then sees the lanes consecutive); a rest
-    that can reach f, or a negative one, is left alone. Same value at every point."""
+    """lane_symbolic: (f*y + r) // (f*c) = y // c and (f*y + r) % (f*c) = f*(y % c) + r for r in [0, f): the lanes
+    of a vector of 16 inside a head's 64 columns, (16*o + lane) // 64 = o // 4 (stride_one then sees the lanes
+    consecutive); a rest that can reach f, or a negative one, is left alone. Same value at every point."""
+    from ember.uop.symbolic import lane_symbolic
+    from ember.uop.upat import graph_rewrite
     o, lane, k = UOp.variable("o", 0, 47), UOp.variable("lane", 0, 15), UOp.variable("k", -2, 3)
     c64 = UOp.const(dtypes.int32, 64)
-    folded = simplify((o * 16 + lane).alu(op, c64))
+    folded = graph_rewrite((o * 16 + lane).alu(op, c64), lane_symbolic)
     assert folded.render() == ("o//4" if op is Ops.IDIV else "lane+((o%4)*16)")
     for expr in ((o * 16 + lane).alu(op, c64), (o * 32 + lane * 2 + 1).alu(op, UOp.const(dtypes.int32, 96)),
                  (o * 16 + lane + 3).alu(op, c64), (o * 16 + k + 2).alu(op, c64)):
-        check_same_value_everywhere(expr, simplify(expr))
+        check_same_value_everywhere(expr, graph_rewrite(expr, lane_symbolic))
 
 
 def test_finishes_within_tells_a_loop_from_a_return():
