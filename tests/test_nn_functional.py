@@ -718,3 +718,50 @@ def test_conv_input_gradient_is_one_kernel_without_the_windows():
     assert max(b.size for item in gx.schedule() for b in item.bufs) < 9 * x.numel()
     np.testing.assert_array_equal(gx.numpy(), torch.nn.functional.conv_transpose2d(
         torch.ones(2, 8, 16, 16), torch.ones(8, 8, 3, 3), padding=1).numpy().astype(np.float16))
+
+
+def split_ties_max_pool_gradient(x: np.ndarray, g: np.ndarray, k: int, s: int, p: int) -> np.ndarray:
+    """numpy: each window's gradient to its maxima, split evenly among ties (ember's rule for max)."""
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf)
+    out = np.zeros_like(xp)
+    for i in range(g.shape[2]):
+        for j in range(g.shape[3]):
+            window = xp[:, :, i * s:i * s + k, j * s:j * s + k]
+            is_max = window == window.max(axis=(2, 3), keepdims=True)
+            out[:, :, i * s:i * s + k, j * s:j * s + k] += is_max * (g[:, :, i:i + 1, j:j + 1] /
+                                                                     is_max.sum(axis=(2, 3), keepdims=True))
+    return out[:, :, p:p + x.shape[2], p:p + x.shape[3]]
+
+
+@pytest.mark.parametrize("shape, kwargs", [
+    ((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding=1)),  # ResNet's stem pool
+    ((1, 2, 10, 9), dict(kernel_size=3, stride=1)),
+    ((1, 2, 11, 10), dict(kernel_size=(3, 2), stride=(2, 1), dilation=(2, 1))),
+    ((2, 2, 9, 9), dict(kernel_size=3, stride=2, ceil_mode=True)),
+    ((2, 3, 13), dict(kernel_size=(4,), stride=(3,), padding=2)),  # 1-d: a kernel of one axis
+])
+def test_overlapping_max_pool_gradient_matches_torch(shape, kwargs):
+    """Windows that overlap pull their gradient back as one sum over the window's offsets (mixin/nn.py
+    MaxPoolGradient): against torch where no window has ties, and against the split-ties rule in numpy where all
+    do (a pool of zeros after a relu); the second derivative of its square's sum against torch's."""
+    rng = np.random.default_rng(len(shape))
+    x_np = rng.standard_normal(shape).astype(np.float32)
+    pool = torch.nn.functional.max_pool1d if len(shape) == 3 else torch.nn.functional.max_pool2d
+    ex, tx = Tensor(x_np, requires_grad=True), torch.tensor(x_np, requires_grad=True)
+    got, want = ex.max_pool2d(**kwargs), pool(tx, **kwargs)
+    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    gx, = got.gradient(ex, gradient=Tensor(g))
+    tgx, = torch.autograd.grad(want, tx, torch.tensor(g))
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=1e-6, atol=1e-6)
+    ggx, = (ex * ex).max_pool2d(**kwargs).square().sum().gradient(ex)
+    tggx, = torch.autograd.grad(pool(tx * tx, **kwargs).square().sum(), tx)
+    np.testing.assert_allclose(ggx.numpy(), tggx.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_overlapping_max_pool_gradient_splits_ties():
+    zeros = np.zeros((1, 2, 7, 7), np.float32)
+    g = np.random.default_rng(1).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    x = Tensor(zeros, requires_grad=True)
+    gx, = x.max_pool2d(3, 2, padding=1).gradient(x, gradient=Tensor(g))
+    np.testing.assert_allclose(gx.numpy(), split_ties_max_pool_gradient(zeros, g, 3, 2, 1), rtol=1e-6, atol=1e-7)
