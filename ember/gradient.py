@@ -189,7 +189,10 @@ def grad_fold(ctx: Tensor, ret: UOp) -> Grads:
 def grad_vjp(ctx: Tensor, ret: UOp) -> Grads:
     """Tensor.custom_vjp's node: its pull gives the inputs' gradients; none flows into the value's own graph."""
     inputs = [as_tensor(s, ctx) for s in ret.src[1:]]
-    grads = tuple(ret.arg(ctx, *inputs))
+    if not isinstance(pulled := ret.arg(ctx, *inputs), (tuple, list)):
+        raise TypeError(f"custom_vjp: the pull must return a tuple of one gradient (or None) per input, got "
+                        f"{type(pulled).__name__}")
+    grads = tuple(pulled)
     shapes_differ = any(g is not None and g.shape != t.shape for g, t in zip(grads, inputs, strict=False))
     if len(grads) != len(inputs) or shapes_differ:
         shapes = [None if g is None else g.shape for g in grads]

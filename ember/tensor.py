@@ -268,6 +268,12 @@ class Tensor(ElementwiseMixin, ActivationMixin, MovementMixin, IndexingMixin, Re
         per input) instead of the derivative of the graph that computes self: a derivative known in a form that
         runs faster than the one composition gives (a convolution's input gradient as a transposed convolution).
         Forward mode and vmap see self's own graph; under no_grad, self as it is."""
+        if not callable(pull): raise TypeError(f"custom_vjp: pull must be callable, got {type(pull).__name__}")
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"custom_vjp: inputs[{i}] must be a Tensor, got {type(t).__name__}")
+            if t.device != self.device:
+                raise DeviceError(f"custom_vjp: inputs[{i}] is on {t.device}, the value on {self.device}")
         if Tensor.no_grad: return self
         return self._wrap(UOp(Ops.VJP, self.dtype, (self.uop, *(t.uop for t in inputs)), pull))
 

@@ -285,6 +285,15 @@ def test_custom_vjp_rejects_a_pull_of_the_wrong_shape():
     x = Tensor(X, requires_grad=True)
     out = x.exp().custom_vjp((x,), lambda g, x: (g.sum(0),))
     with pytest.raises(ShapeError, match="custom_vjp: the pull gave gradients of shapes"): out.sum().backward()
+    bare = x.exp().custom_vjp((x,), lambda g, x: g)  # a Tensor, not a tuple of them
+    with pytest.raises(TypeError, match="custom_vjp: the pull must return a tuple"): bare.sum().backward()
+
+
+def test_custom_vjp_rejects_bad_arguments():
+    x = Tensor(X, requires_grad=True)
+    with pytest.raises(TypeError, match="custom_vjp: pull must be callable"): x.exp().custom_vjp((x,), 3)
+    with pytest.raises(TypeError, match=r"custom_vjp: inputs\[0\] must be a Tensor, got ndarray"):
+        x.exp().custom_vjp((X,), lambda g, x: (g,))
 
 
 @pytest.mark.parametrize("name, ours, theirs", [
