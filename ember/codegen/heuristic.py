@@ -44,6 +44,8 @@ from ember.codegen.transcendental import POLYNOMIALS
 from ember.dtype import dtypes
 from ember.helpers import prod
 from ember.renderer import Renderer
+from ember.renderer.sincos import OPERATIONS as sincos_operations
+from ember.renderer.sincos import computes as computes_sincos
 from ember.uop.ops import AxisKind, GroupOp, Ops, UOp
 from ember.uop.symbolic import lane_symbolic
 from ember.uop.upat import graph_rewrite, substitute
@@ -296,18 +298,22 @@ def compute_bound(nodes: list[UOp], candidates: list[UOp], offsets: list[UOp], f
     """An output axis worth vectors for its arithmetic alone, where no access walks one with stride one: a vmap
     over points stored point after point (each point's state gathered, its jacobian scattered, hundreds of
     operations between: the cart-pole step's 4 x 4 jacobian, 380 a point). Its lanes then compute every float
-    operation that moves with it at once; its accesses and its libm calls go lane by lane. The axis whose shared
-    operations are most, if they are at least COMPUTE_PER_LANE times its lane-by-lane work (each counted as often
-    as it runs per output: inside a reduce loop, once per step); None where no axis has that. `calls_only`: only an
-    axis some libm call moves with (for a renderer whose compiler vectorizes the others itself)."""
+    operation that moves with it at once (a float64 sin or cos counted as the operations it is made of); its
+    accesses and its libm calls go lane by lane. The axis whose shared operations are most, if they are at least
+    COMPUTE_PER_LANE times its lane-by-lane work (each counted as often as it runs per output: inside a reduce loop,
+    once per step); None where no axis has that. `calls_only`: only an axis some libm call or float64 sin or cos
+    moves with (for a renderer whose compiler vectorizes the others itself)."""
     def runs(u: UOp) -> int: return prod(most(r) for r in u.ranges if r.arg.kind is AxisKind.REDUCE)
-    def libm(u: UOp) -> bool:  # (float32 exp and log on vector lanes are polynomials: codegen/transcendental.py)
-        return u.op in GroupOp.Transcendental and not (u.op in POLYNOMIALS and u.dtype.scalar is dtypes.float32)
+    def libm(u: UOp) -> bool:  # (float32 exp and log on vector lanes are polynomials: codegen/transcendental.py;
+        # float64 sin and cos are ember's own, on whole vectors: renderer/sincos.py)
+        return u.op in GroupOp.Transcendental and not (u.op in POLYNOMIALS and u.dtype.scalar is dtypes.float32) \
+            and not computes_sincos(u)
+    def weight(u: UOp) -> int: return sincos_operations if computes_sincos(u) else 1
     best, most_shared = None, 0
     for a in candidates:
         moving = [u for u in nodes if a in u.ranges]
-        if calls_only and not any(libm(u) for u in moving): continue
-        shared = sum(runs(u) for u in moving if u.op in GroupOp.ALU and u.dtype.is_float and not libm(u))
+        if calls_only and not any(libm(u) or computes_sincos(u) for u in moving): continue
+        shared = sum(runs(u) * weight(u) for u in moving if u.op in GroupOp.ALU and u.dtype.is_float and not libm(u))
         alone = sum(runs(u) for u in moving if libm(u)) + \
             sum(runs(o) for o in offsets if a in o.ranges and not stride_one(o, a, fit(a)))
         if shared >= COMPUTE_PER_LANE * alone and shared > most_shared: best, most_shared = a, shared

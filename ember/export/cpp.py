@@ -34,6 +34,7 @@ from ember.renderer.cstyle import (
     render_tangent_product,
     tangent_product_functions,
 )
+from ember.renderer.sincos import c_helpers
 from ember.schedule.kernelize import ExecItem, LoopItem
 from ember.uop.ops import TANGENT, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
@@ -74,6 +75,7 @@ STORED = re.compile(r"^(?P<pad> +)(?P<gate>if \(.*\) )?\*\(?data(?P<buffer>\d+)\
 DECLARED = re.compile(r"^  +const (?P<type>\w+) (?P<name>\w+) = ")
 ACCUMULATOR = re.compile(r"^ +\*\(?acc\d+")  # a register's store, not memory's
 LITERAL = re.compile(r"^\(?-?[\d.]+(?:e[-+]?\d+)?f?\)?$")
+SINCOS_CALL = re.compile(r"\bember_(?:sin|cos)_f64(?:x(\d+))?\(")
 
 
 FLAG_LIMIT = 4096  # elements a kernel stores its products' values into, up to which it flags a NaN as it stores
@@ -117,11 +119,15 @@ def flag_stored_nans(source: str, name: str, reached: set[int]) -> str | None:
 
 
 def prelude_for(kernels: str) -> str:
-    """The helpers that the kernels' source calls, with the helpers those call, in CPP_HELPERS order."""
+    """The helpers that the kernels' source calls, with the helpers those call, in CPP_HELPERS order; then ember's
+    float64 sin and cos on the lane counts the kernels call them on (renderer/sincos.py)."""
     used = {name for name in CPP_HELPERS if re.search(rf"\b{name}\b", kernels)}
+    lanes = sorted({int(m[1] or 1) for m in SINCOS_CALL.finditer(kernels)})
+    if 1 in lanes: used.add("bit_cast")
     for name in reversed(CPP_HELPERS):
         if name in used: used.update(CPP_HELPERS[name][1])
-    return "\n".join(code for name, (code, _) in CPP_HELPERS.items() if name in used)
+    return "\n".join([*(code for name, (code, _) in CPP_HELPERS.items() if name in used),
+                      *(c_helpers(n, cpp=True).rstrip() for n in lanes)])
 
 
 def render_optimistic_vector_product(ctx: RenderContext, x: UOp) -> str | None:

@@ -8,7 +8,8 @@ native code once it is loaded.
 Every operation means here what the rendered C means, so the results are the native code's bit for bit (but for
 the sign of a zero in derivative arithmetic, below):
 - float64 and float32 + - * / and sqrt are IEEE operations in both, never fused (the native code is compiled with
-  -ffp-contract=off); libm functions (float64 only) are the same C library's, called through `exec_alu`;
+  -ffp-contract=off); sin and cos are ember's (renderer/sincos.py: the same operations in numpy), the other
+  libm functions (float64 only) the same C library's, called through `exec_alu`;
 - integer ops wrap at their width; / and % truncate toward zero, and a zero divisor gives 0 (render_int_division);
 - MAX is `(a > b || a != a) ? a : b`, which keeps NaN and picks b on ties (render_max);
 - a reduction folds its terms from the identity, in row-major order of the reduced axes, one at a time: the
@@ -35,6 +36,8 @@ from ember.codegen.rangeify import UNROLL_AXIS_LIMIT, branching_axes
 from ember.device import Buffer
 from ember.dtype import dtypes, float_to_int_array, to_numpy
 from ember.helpers import prod
+from ember.renderer.sincos import computes as computes_sincos
+from ember.renderer.sincos import numpy_sincos
 from ember.schedule.kernelize import ExecItem, LoopItem, kernels
 from ember.uop.interpret import exec_alu
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
@@ -43,6 +46,7 @@ Value = np.ndarray
 # per-call cost model, in seconds, for `cost`: numpy's overhead per op, its time per element, a Python call per
 # element (libm functions through exec_alu), a Python-level step of a reduction
 OP_SECONDS, ELEMENT_SECONDS, PYTHON_ELEMENT_SECONDS, STEP_SECONDS = 2e-6, 2e-9, 1e-6, 3e-6
+SINCOS_OPS = 70  # numpy ops of one sin or cos (renderer/sincos.numpy_sincos)
 
 
 def apply_movement(u: UOp, x: np.ndarray, trailing: int = 0) -> np.ndarray:
@@ -188,7 +192,8 @@ def cost(items: Sequence[ExecItem | LoopItem]) -> float:
         for u in item.ast.toposort():
             n = prod(u.shape) if u.op not in (Ops.SINK, Ops.STORE) else 0
             total += OP_SECONDS + n * ELEMENT_SECONDS
-            if u.op in GroupOp.Transcendental and u.op is not Ops.SQRT: total += n * PYTHON_ELEMENT_SECONDS
+            if computes_sincos(u): total += SINCOS_OPS * (OP_SECONDS + n * ELEMENT_SECONDS)
+            elif u.op in GroupOp.Transcendental and u.op is not Ops.SQRT: total += n * PYTHON_ELEMENT_SECONDS
             if u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.MAX:  # a Python loop over the terms
                 total += prod(u.src[0].shape) // max(n, 1) * STEP_SECONDS
     return total
@@ -267,6 +272,7 @@ def _function(u: UOp) -> Callable[..., Value]:
     if u.op is Ops.BITCAST: return lambda x: np.ascontiguousarray(x).view(want)
     if u.op in (Ops.IDIV, Ops.MOD) and not u.dtype.is_float: return functools.partial(_int_division, u)
     if u.op is Ops.MUL and u.arg == TANGENT: return _tangent_product
+    if computes_sincos(u): return functools.partial(numpy_sincos, u.op)  # ember's sin and cos, as the C computes
     if u.op in _UNARY or u.op in _BINARY:
         fn = _UNARY[u.op] if u.op in _UNARY else _BINARY[u.op]
         if all(s.dtype == u.dtype for s in u.src) or u.op in GroupOp.Comparison: return fn  # numpy keeps the dtype

@@ -22,7 +22,9 @@ from ember.dtype import AddrSpace, DType, PtrDType, dtypes, float_to_int_via
 from ember.errors import DTypeError
 from ember.renderer import Renderer
 from ember.renderer.cvector import c_type as vector_c_type
-from ember.renderer.cvector import mask_type, pm_render_vector, renders_vector, vector_prelude
+from ember.renderer.cvector import has_lanes, mask_type, pm_render_vector, renders_vector, vector_prelude
+from ember.renderer.sincos import c_helpers, helper_name, lanes_used
+from ember.renderer.sincos import computes as computes_sincos
 from ember.renderer.tensorcore import TensorCore
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
@@ -439,9 +441,19 @@ class CStyleRenderer(Renderer):
         return signature + " {\n" + "\n".join(body) + "\n}\n"
 
 
+def render_sincos(ctx: RenderContext, x: UOp) -> str:
+    """A float64 sine or cosine as ember's own (renderer/sincos.py): a whole vector at once, not a call per lane."""
+    return f"{helper_name(x.op, x.dtype)}({ctx[x.src[0]]})"
+
+
+pm_render_sincos = PatternMatcher([(UPat((Ops.SIN, Ops.COS), name="x"), lambda ctx, x:
+                                    render_sincos(ctx, x) if computes_sincos(x) else None)])
+
+
 class CRenderer(CStyleRenderer):
     """C99 for the host compiler: buffers are `restrict` pointers, const where only read; values of several lanes
-    are GCC/clang vector types (cvector.py) and a threaded kernel's slice is its `core` parameter.
+    are GCC/clang vector types (cvector.py) and a threaded kernel's slice is its `core` parameter. float64 sin and
+    cos are ember's (renderer/sincos.py), on vectors too.
 
     The C++ flavor (ember/export/cpp.py) is a subclass."""
 
@@ -449,7 +461,8 @@ class CRenderer(CStyleRenderer):
     prelude = PRELUDE
     tangent_functions = True
     linkage = ""  # "static " for kernels private to one translation unit
-    vector_matcher = pm_render_vector
+    matcher = pm_render_sincos + pm_render_c
+    vector_matcher = pm_render_sincos + pm_render_vector
 
     max_threads = 1024  # the thread pool's limit (runtime/ops_cpu.py), and generate_module's
 
@@ -466,6 +479,7 @@ class CRenderer(CStyleRenderer):
         return super().type_of(dtype)
 
     def renders_vector(self, u: UOp) -> bool:
+        if computes_sincos(u): return self.vector_bytes > 0 and all(has_lanes(s.dtype) for s in (u, *u.src))
         return self.vector_bytes > 0 and renders_vector(u)
 
     def render_value(self, u: UOp, ctx: RenderContext) -> str | None:
@@ -475,7 +489,8 @@ class CRenderer(CStyleRenderer):
     def special(self, u: UOp) -> str: return "core"
 
     def render(self, name: str, uops: list[UOp]) -> str:
-        src = self.prelude + vector_prelude(uops) + self.render_function(name, uops)
+        sincos = "".join(c_helpers(lanes, cpp=False) for lanes in lanes_used(uops))
+        src = self.prelude + vector_prelude(uops) + sincos + self.render_function(name, uops)
         threaded = any(u.op is Ops.SPECIAL for u in uops)
         return src + (self.render_task(name, uops) if threaded or self.task_entries else "")
 

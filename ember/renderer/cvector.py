@@ -41,6 +41,9 @@ _FMA = {(dtypes.float32, 4): ("__FMA__", "_mm_fmadd_ps"), (dtypes.float32, 8): (
         (dtypes.float64, 4): ("__FMA__", "_mm256_fmadd_pd"), (dtypes.float64, 8): ("__AVX512F__", "_mm512_fmadd_pd")}
 
 
+HELPER = "static inline __attribute__((unused))"  # (each type's helpers are declared, used or not: clang warns)
+
+
 def has_lanes(dtype: DType) -> bool:
     return dtype.count > 1 and dtype.scalar in VECTOR_NAMES
 
@@ -141,16 +144,16 @@ def vector_prelude(uops: list[UOp]) -> str:
     for d in sorted(types, key=lambda d: (d.itemsize, d.name, d.count)):
         t, e = c_type(d), VECTOR_NAMES[d.scalar][1]
         lines.append(f"typedef {e} {t} __attribute__((vector_size({d.nbytes})));")
-        lines.append(f"static inline {t} load_{t}(const {e}* p) {{ {t} v; __builtin_memcpy(&v, p, sizeof v); "
+        lines.append(f"{HELPER} {t} load_{t}(const {e}* p) {{ {t} v; __builtin_memcpy(&v, p, sizeof v); "
                      "return v; }")
-        lines.append(f"static inline void store_{t}({e}* p, {t} v) {{ __builtin_memcpy(p, &v, sizeof v); }}")
+        lines.append(f"{HELPER} void store_{t}({e}* p, {t} v) {{ __builtin_memcpy(p, &v, sizeof v); }}")
         if d in fused:
             fma = "fma" if d.scalar is dtypes.float64 else "fmaf"
             lanes = f"{t} r; for (int i = 0; i < {d.count}; i++) r[i] = __builtin_{fma}(a[i], b[i], c[i]); return r;"
             if (d.scalar, d.count) in _FMA:
                 feature, intrinsic = _FMA[(d.scalar, d.count)]
                 lanes = f"\n#if defined({feature})\n  return {intrinsic}(a, b, c);\n#else\n  {lanes}\n#endif\n"
-            lines.append(f"static inline {t} fma_{t}({t} a, {t} b, {t} c) {{ {lanes} }}")
+            lines.append(f"{HELPER} {t} fma_{t}({t} a, {t} b, {t} c) {{ {lanes} }}")
     lines += [partial_load(d) for d in sorted(partial, key=lambda d: (d.itemsize, d.name, d.count))]  # after masks
     return "\n".join(lines) + "\n" if lines else ""
 
@@ -177,7 +180,7 @@ def partial_load(d: DType) -> str:
     if (d.scalar, d.count) in _MASKED_LOAD:
         feature, call = _MASKED_LOAD[(d.scalar, d.count)]
         lanes = f"\n#if defined({feature})\n  return ({t}){call};\n#else\n  {lanes}\n#endif\n"
-    return f"static inline {t} load_part_{t}(const {e}* p, {m} m) {{ {lanes} }}"
+    return f"{HELPER} {t} load_part_{t}(const {e}* p, {m} m) {{ {lanes} }}"
 
 
 def _signed(itemsize: int) -> DType:

@@ -1,0 +1,185 @@
+"""ember's float64 sine and cosine for the CPU: the C kernels, the exported C++ and the numpy interpreter.
+
+Why: libm has no vector form. A vmapped step's sin and cos went lane by lane, a call per lane that spills every
+live vector register around it: two thirds of a vmapped cart-pole jacobian's time (bench/numerical.py, case v).
+Written from + - * and selects, the same function runs on a whole vector and on one double, and gives the same
+bits in C, in C++ and in numpy (each operation is one IEEE operation in all three, never fused), so the native
+code, the C kernels and the interpreter still agree bit for bit.
+
+The algorithm, for |x| <= 2**20 (other lanes, NaN and inf included, call libm):
+    n = round(x * 2/pi)                     (adding 1.5 * 2**52 rounds; n mod 4 is in the sum's low bits)
+    r = x - n*P1 - n*P2 - n*P3 = hi + lo    (pi/2 in three parts: P1 and P2 of 33 bits, so n*P1 and n*P2 are
+                                             exact for |n| < 2**20 and x - n*P1 is exact by Sterbenz's lemma;
+                                             the rest is carried in lo by two-sums)
+    sin r = hi + (hi^3 S(r^2) + lo (1 - r^2/2)),   cos r = (1 - r^2/2) + error of that + r^4 C(r^2) - hi lo
+    sin x, cos x = +-sin r or +-cos r by n mod 4
+A lane whose hi is below 2**-30 with n != 0 (x within 2**-30 of a multiple of pi/2, where the 119 bits of pi/2
+leave too few of r) calls libm too, as does one with |x| > 2**20: those lanes get libm's bits.
+
+Accuracy: within 0.77 ulp of the true value (libm's: 0.51), checked against mpmath at 10^5 points of every
+scale, multiples of pi/4 and their neighbours (tests/renderer/test_sincos.py); about 3% of results differ from
+glibc's in the last bit. sin(-0) = -0, sin of a tiny or subnormal x is x, cos(0) = 1, NaN and inf give NaN.
+
+The polynomials: (sin(r) - r) / r^3 and (cos(r) - 1 + r^2/2) / r^4 in z = r^2 on [0, 0.786^2], least-squares fits
+(weighted as their errors reach the result: by z and z^2) on 300 Chebyshev points against mpmath, each coefficient
+rounded to a double in turn and the later ones fitted again: relative errors 2**-57.9 and 2**-64.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from ember.dtype import DType, dtypes
+from ember.uop.ops import Ops, UOp
+
+SIN_POLY = (-0.1666666666666663, 0.008333333333321952, -0.0001984126982949369, 2.7557313595130822e-06,
+            -2.505074427098093e-08, 1.5896048324871652e-10)
+COS_POLY = (0.041666666666666595, -0.001388888888887344, 2.4801587289096124e-05, -2.7557314249496867e-07,
+            2.0875710193409654e-09, -1.135900712652284e-11)
+PIO2 = (1.5707963267341256, 6.077100506303966e-11, 2.0222662487959506e-21)  # pi/2 = P1 + P2 + P3 (33, 33, 53 bits)
+TWO_OVER_PI = 0.6366197723675814
+SHIFTER = 1.5 * 2.0**52  # 1.5 * 2**52: x + SHIFTER - SHIFTER rounds x to an integer (|x| < 2**51)
+BOUND = 2.0**20  # |x| above it: libm (n*P1 and n*P2 exact needs |n| < 2**20)
+NEAR = 2.0**-30  # |r| below it, n != 0: libm (x within NEAR of a multiple of pi/2)
+REDUCED = 0.75  # below pi/4: n = 0, r = x exactly
+TINY = 2.0**-27  # |x| below it: sin x rounds to x (and keeps -0 and subnormals)
+OPERATIONS = 60  # float operations a sine or cosine costs on a vector (the heuristic's weight for it)
+
+FUNCTIONS = {Ops.SIN: "sin", Ops.COS: "cos"}
+
+
+def computes(u: UOp) -> bool:
+    """Whether `u` is a sine or cosine these functions compute (float64, any lanes)."""
+    return u.op in FUNCTIONS and u.dtype.scalar is dtypes.float64
+
+
+# ---- numpy (export/interpreter.py): the operations of the C below, in its order ----
+
+def _horner(z: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
+    p = np.full_like(z, coefficients[-1])
+    for c in coefficients[-2::-1]: p = p * z + c
+    return p
+
+
+def numpy_sincos(op: Ops, x: np.ndarray) -> np.ndarray:
+    """sin or cos of float64 `x` as the C helpers compute it, bit for bit."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        k = x * TWO_OVER_PI + SHIFTER
+        n = k - SHIFTER
+        q = np.ascontiguousarray(k).view(np.int64) & 3
+        a = x - n * PIO2[0]
+        t = n * PIO2[1]
+        hi0 = a - t
+        a2 = hi0 + t
+        lo0 = (a - a2) + (-t - (hi0 - a2))  # two-sum: the error of hi0
+        lo1 = lo0 - n * PIO2[2]
+        hi = hi0 + lo1
+        lo = lo1 - (hi - hi0)
+        z = hi * hi
+        w = z * hi
+        half = 1.0 - 0.5 * z
+        s = hi + (w * SIN_POLY[0] + (w * z * _horner(z, SIN_POLY[1:]) + lo * half))
+        c = half + (((1.0 - half) - 0.5 * z) + (z * z * _horner(z, COS_POLY) - hi * lo))
+        if op is Ops.SIN:
+            v = np.where(q & 1, c, s)
+            v = np.where(q & 2, -v, v)
+            v = np.where(np.abs(x) < TINY, x, v)
+        else:
+            v = np.where(q & 1, s, c)
+            v = np.where((q + 1) & 2, -v, v)
+        ax = np.abs(x)
+        libm = ~((ax <= BOUND) & ((np.abs(hi) >= NEAR) | (ax < REDUCED)))
+    if libm.any():
+        f = math.sin if op is Ops.SIN else math.cos
+        v = np.array(v, copy=True)
+        v[libm] = [f(e) if math.isfinite(e) else math.nan for e in x[libm].tolist()]
+    return v
+
+
+# ---- C and C++ ----
+
+def helper_name(op: Ops, dtype: DType) -> str:
+    """The helper computing `op` on `dtype` (float64 or a vector of float64): ember_sin_f64, ember_cos_f64x8."""
+    return f"ember_{FUNCTIONS[op]}_f64" + (f"x{dtype.count}" if dtype.count > 1 else "")
+
+
+def _core_steps() -> list[tuple[str, str, str]]:
+    """The statements of ember_sincos_T as (kind, name, expression): kind "v" a value, "m" a mask; `select(m,a,b)`
+    stands for the dialect's select. numpy_sincos computes the same operations in the same order."""
+    v = [("k0", f"x*{TWO_OVER_PI.hex()}"), ("k", f"k0+{SHIFTER.hex()}"), ("n", f"k-{SHIFTER.hex()}"),
+         ("m1", f"n*{PIO2[0].hex()}"), ("a", "x-m1"), ("t", f"n*{PIO2[1].hex()}"), ("hi0", "a-t"),
+         ("a2", "hi0+t"), ("b2", "hi0-a2"), ("da", "a-a2"), ("nt", "-t"), ("db", "nt-b2"), ("lo0", "da+db"),
+         ("m3", f"n*{PIO2[2].hex()}"), ("lo1", "lo0-m3"), ("hi", "hi0+lo1"), ("dh", "hi-hi0"), ("lo", "lo1-dh"),
+         ("z", "hi*hi"), ("w", "z*hi"), ("hz", "0.5*z"), ("half", "1.0-hz"), *horner("ps", SIN_POLY[1:]),
+         ("wz", "w*z"), ("wzp", "wz*ps"), ("lh", "lo*half"), ("tail", "wzp+lh"), ("w1", f"w*{SIN_POLY[0].hex()}"),
+         ("st", "w1+tail"), ("s", "hi+st"), *horner("pc", COS_POLY), ("zz", "z*z"), ("zzq", "zz*pc"),
+         ("hl", "hi*lo"), ("ct", "zzq-hl"), ("e1", "1.0-half"), ("e2", "e1-hz"), ("e3", "e2+ct"), ("c", "half+e3"),
+         ("nx", "-x"), ("nh", "-hi")]
+    return [*(("v", n, e) for n, e in v), ("m", "xneg", "x<0.0"), ("m", "hneg", "hi<0.0"),
+            ("v", "ax", "select(xneg,nx,x)"), ("v", "ah", "select(hneg,nh,hi)"), ("m", "inside", f"ax<={BOUND.hex()}"),
+            ("m", "away", f"ah>={NEAR.hex()}"), ("m", "first", f"ax<{REDUCED}"), ("m", "kept", "away|first")]
+
+
+# sin and cos from the core's (s, c, quadrant q): q odd swaps them, and the sign follows q (sin) or q + 1 (cos)
+_PICK = {Ops.SIN: [("m", "odd", "(q&1)!=0"), ("v", "v0", "select(odd,c,s)"), ("v", "nv", "-v0"),
+                   ("m", "negative", "(q&2)!=0"), ("v", "v1", "select(negative,nv,v0)"), ("v", "nx", "-x"),
+                   ("m", "xneg", "x<0.0"), ("v", "ax", "select(xneg,nx,x)"), ("m", "tiny", f"ax<{TINY.hex()}")],
+         Ops.COS: [("m", "odd", "(q&1)!=0"), ("v", "v0", "select(odd,s,c)"), ("v", "nv", "-v0"),
+                   ("m", "negative", "((q+1)&2)!=0")]}
+_RESULT = {Ops.SIN: "select(tiny,x,v1)", Ops.COS: "select(negative,nv,v0)"}
+SELECT = re.compile(r"select\((\w+),(\w+),(\w+)\)")
+
+
+def c_helpers(lanes: int, cpp: bool) -> str:
+    """ember_sin_T and ember_cos_T for T = double (lanes 1) or f64x<lanes> (whose type and i64x<lanes> mask the
+    vector prelude declares), in C (`cpp` False: the CPU device's kernels) or C++ (the exported module), around
+    ember_sincos_T, which both call (inlined, the compiler computes it once for a sin and cos of one x). Each
+    statement is one operation: no compiler contracts two into an FMA (clang does within a statement)."""
+    vector = lanes > 1
+    t, bits = (f"f64x{lanes}", f"i64x{lanes}") if vector else ("double", "int64_t")
+    mask, name = (bits, f"f64x{lanes}") if vector else ("int", "f64")
+    head = "EMBER_KERNEL EMBER_INLINE" if cpp else "static inline __attribute__((always_inline))"
+
+    def select(m: re.Match) -> str:
+        c, a, b = m.groups()
+        return f"(({t})((({bits}){a}&{c})|(({bits}){b}&~{c})))" if vector else f"({c}?{a}:{b})"
+
+    def statements(steps: list[tuple[str, str, str]]) -> list[str]:
+        return [f"  const {t if kind == 'v' else mask} {n} = {SELECT.sub(select, e)};" for kind, n, e in steps]
+
+    quadrant = f"({bits})k" if vector else "bit_cast<int64_t>(k)" if cpp else "ember_bits_f64(k)"
+    out = [] if vector or cpp else ["static inline int64_t ember_bits_f64(double x) { union { double d; int64_t i; } "
+                                    "u = { x }; return u.i; }"]
+    out += [f"{head} void ember_sincos_{name}({t} x, {t}* sin_r, {t}* cos_r, {bits}* quadrant, {mask}* reduced) {{",
+            *statements(_core_steps()), "  *sin_r = s;", "  *cos_r = c;", f"  *quadrant = {quadrant};",
+            "  *reduced = inside&kept;", "}"]
+    for op, fn in FUNCTIONS.items():
+        libm = f"{'::' if cpp else ''}{fn}"
+        if vector:  # one test of all lanes (half the time of a test per lane), then libm for the lanes left
+            every = "&".join(f"r[{i}]" for i in range(lanes))
+            rare = [f"  int64_t r[{lanes}];", "  __builtin_memcpy(r, &reduced, sizeof r);",
+                    f"  if (!({every}))", f"    for (int i = 0; i < {lanes}; i++) if (!r[i]) v[i] = {libm}(x[i]);"]
+        else:
+            rare = [f"  if (!reduced) v = {libm}(x);"]
+        out += [f"{head} {t} ember_{fn}_{name}({t} x) {{", f"  {t} s, c;", f"  {bits} q;", f"  {mask} reduced;",
+                f"  ember_sincos_{name}(x, &s, &c, &q, &reduced);", *statements(_PICK[op]),
+                f"  {t} v = {SELECT.sub(select, _RESULT[op])};", *rare, "  return v;", "}"]
+    return "\n".join(out) + "\n"
+
+
+def horner(name: str, coefficients: tuple[float, ...]) -> list[tuple[str, str]]:
+    """Statements evaluating the polynomial with `coefficients` (lowest first) at z into `name`, as _horner does."""
+    steps, last = [], coefficients[-1].hex()
+    for i in range(len(coefficients) - 2, -1, -1):
+        steps += [(f"{name}{i}m", f"z*{last}"), (f"{name}{i}" if i else name, f"{name}{i}m+{coefficients[i].hex()}")]
+        last = f"{name}{i}"
+    return steps
+
+
+def lanes_used(uops: list[UOp]) -> list[int]:
+    """The lane counts (1: a double) of the float64 sines and cosines among `uops`."""
+    return sorted({u.dtype.count for u in uops if computes(u)})
