@@ -75,7 +75,8 @@ STORED = re.compile(r"^(?P<pad> +)(?P<gate>if \(.*\) )?\*\(?data(?P<buffer>\d+)\
 DECLARED = re.compile(r"^  +const (?P<type>\w+) (?P<name>\w+) = ")
 ACCUMULATOR = re.compile(r"^ +\*\(?acc\d+")  # a register's store, not memory's
 LITERAL = re.compile(r"^\(?-?[\d.]+(?:e[-+]?\d+)?f?\)?$")
-SINCOS_CALL = re.compile(r"\bember_(?:sin|cos)_f64(?:x(\d+))?\(")
+SINCOS_CALL = re.compile(r"\bember_(sin|cos)_f64(?:x(\d+))?\(")
+SINCOS_OPS = {"sin": Ops.SIN, "cos": Ops.COS}
 
 
 FLAG_LIMIT = 4096  # elements a kernel stores its products' values into, up to which it flags a NaN as it stores
@@ -122,12 +123,13 @@ def prelude_for(kernels: str) -> str:
     """The helpers that the kernels' source calls, with the helpers those call, in CPP_HELPERS order; then ember's
     float64 sin and cos on the lane counts the kernels call them on (renderer/sincos.py)."""
     used = {name for name in CPP_HELPERS if re.search(rf"\b{name}\b", kernels)}
-    lanes = sorted({int(m[1] or 1) for m in SINCOS_CALL.finditer(kernels)})
-    if 1 in lanes: used.add("bit_cast")
+    sincos: dict[int, set[Ops]] = {}
+    for m in SINCOS_CALL.finditer(kernels): sincos.setdefault(int(m[2] or 1), set()).add(SINCOS_OPS[m[1]])
+    if 1 in sincos: used.add("bit_cast")
     for name in reversed(CPP_HELPERS):
         if name in used: used.update(CPP_HELPERS[name][1])
     return "\n".join([*(code for name, (code, _) in CPP_HELPERS.items() if name in used),
-                      *(c_helpers(n, cpp=True).rstrip() for n in lanes)])
+                      *(c_helpers(n, True, frozenset(ops)).rstrip() for n, ops in sorted(sincos.items()))])
 
 
 def render_optimistic_vector_product(ctx: RenderContext, x: UOp) -> str | None:

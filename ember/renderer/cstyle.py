@@ -23,8 +23,9 @@ from ember.errors import DTypeError
 from ember.renderer import Renderer
 from ember.renderer.cvector import c_type as vector_c_type
 from ember.renderer.cvector import has_lanes, mask_type, pm_render_vector, renders_vector, vector_prelude
-from ember.renderer.sincos import c_helpers, helper_name, lanes_used
+from ember.renderer.sincos import c_helpers, helper_name
 from ember.renderer.sincos import computes as computes_sincos
+from ember.renderer.sincos import used as sincos_used
 from ember.renderer.tensorcore import TensorCore
 from ember.uop.ops import TANGENT, GroupOp, Ops, UOp
 from ember.uop.upat import PatternMatcher, UPat
@@ -489,7 +490,7 @@ class CRenderer(CStyleRenderer):
     def special(self, u: UOp) -> str: return "core"
 
     def render(self, name: str, uops: list[UOp]) -> str:
-        sincos = "".join(c_helpers(lanes, cpp=False) for lanes in lanes_used(uops))
+        sincos = "".join(c_helpers(lanes, False, ops) for lanes, ops in sincos_used(uops).items())
         src = self.prelude + vector_prelude(uops) + sincos + self.render_function(name, uops)
         threaded = any(u.op is Ops.SPECIAL for u in uops)
         return src + (self.render_task(name, uops) if threaded or self.task_entries else "")

@@ -31,7 +31,8 @@ def c_type(dtype: DType) -> str:
 
 _ARITHMETIC = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
                Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
-_FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.NEG, Ops.MULACC, Ops.WHERE}) | \
+_FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.RECIPROCAL, Ops.MAX, Ops.NEG, Ops.MULACC,
+                        Ops.WHERE}) | \
     GroupOp.Comparison
 _INT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.WHERE}) | \
     GroupOp.Comparison
@@ -123,6 +124,8 @@ pm_render_vector = PatternMatcher([
     (UPat(Ops.MUL, arg=TANGENT, name="x"), render_tangent_product),
     (UPat(tuple(_ARITHMETIC), name="x"), lambda ctx, x: f"({ctx[x.src[0]]}{_ARITHMETIC[x.op]}{ctx[x.src[1]]})"),
     (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
+    (UPat(Ops.RECIPROCAL, name="x"), lambda ctx, x:  # 1/x, divided as the scalar code divides each lane
+     f"({'1.0f' if x.dtype.scalar is dtypes.float32 else '1.0'}/{ctx[x.src[0]]})"),
     (UPat(Ops.CAST, name="x"), lambda ctx, x: f"__builtin_convertvector({ctx[x.src[0]]},{c_type(x.dtype)})"),
     (UPat(Ops.BITCAST, name="x"), lambda ctx, x: f"(({c_type(x.dtype)}){ctx[x.src[0]]})"),  # same size: the bits
 ])

@@ -134,11 +134,12 @@ _RESULT = {Ops.SIN: "select(tiny,x,v1)", Ops.COS: "select(negative,nv,v0)"}
 SELECT = re.compile(r"select\((\w+),(\w+),(\w+)\)")
 
 
-def c_helpers(lanes: int, cpp: bool) -> str:
+def c_helpers(lanes: int, cpp: bool, ops: frozenset[Ops] = frozenset(FUNCTIONS)) -> str:
     """ember_sin_T and ember_cos_T for T = double (lanes 1) or f64x<lanes> (whose type and i64x<lanes> mask the
-    vector prelude declares), in C (`cpp` False: the CPU device's kernels) or C++ (the exported module), around
-    ember_sincos_T, which both call (inlined, the compiler computes it once for a sin and cos of one x). Each
-    statement is one operation: no compiler contracts two into an FMA (clang does within a statement)."""
+    vector prelude declares), of the `ops` wanted (an unused function is a clang warning), in C (`cpp` False: the
+    CPU device's kernels) or C++ (the exported module), around ember_sincos_T, which both call (inlined: the
+    compiler computes it once for a sin and cos of one x). Each statement is one operation: no compiler contracts
+    two into an FMA (clang does within a statement)."""
     vector = lanes > 1
     t, bits = (f"f64x{lanes}", f"i64x{lanes}") if vector else ("double", "int64_t")
     mask, name = (bits, f"f64x{lanes}") if vector else ("int", "f64")
@@ -158,6 +159,7 @@ def c_helpers(lanes: int, cpp: bool) -> str:
             *statements(_core_steps()), "  *sin_r = s;", "  *cos_r = c;", f"  *quadrant = {quadrant};",
             "  *reduced = inside&kept;", "}"]
     for op, fn in FUNCTIONS.items():
+        if op not in ops: continue
         libm = f"{'::' if cpp else ''}{fn}"
         if vector:  # one test of all lanes (half the time of a test per lane), then libm for the lanes left
             every = "&".join(f"r[{i}]" for i in range(lanes))
@@ -180,6 +182,9 @@ def horner(name: str, coefficients: tuple[float, ...]) -> list[tuple[str, str]]:
     return steps
 
 
-def lanes_used(uops: list[UOp]) -> list[int]:
-    """The lane counts (1: a double) of the float64 sines and cosines among `uops`."""
-    return sorted({u.dtype.count for u in uops if computes(u)})
+def used(uops: list[UOp]) -> dict[int, frozenset[Ops]]:
+    """The float64 sines and cosines among `uops`: by lane count (1: a double), which of the two."""
+    found: dict[int, set[Ops]] = {}
+    for u in uops:
+        if computes(u): found.setdefault(u.dtype.count, set()).add(u.op)
+    return {lanes: frozenset(ops) for lanes, ops in sorted(found.items())}

@@ -108,3 +108,19 @@ def test_unrolled_reduce_copies_add_in_the_loops_order() -> None:
     out = np.full(8, np.nan, np.float32)
     program(out, x)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_reciprocal_divides_whole_vectors(dtype) -> None:
+    """1/x on vector lanes is one vector division (a lane-by-lane 1/x extracts, divides and inserts each lane: the
+    vmapped cart-pole jacobian has four a point), each lane numpy's 1/x, inf and -0 included."""
+    from ember.codegen import get_program
+    from ember.device import Device
+    x = np.concatenate([np.random.default_rng(3).uniform(-4, 4, 1021), [0.0, -0.0, np.inf]]).astype(dtype)
+    value = Tensor(x).reciprocal()
+    (item,) = value.schedule()
+    spec = get_program(item.ast, Device["CPU"].renderer)
+    assert any(u.op.name == "RECIPROCAL" and u.dtype.count > 1 for u in spec.uops)
+    with np.errstate(divide="ignore"): want = 1 / x
+    np.testing.assert_array_equal(value.numpy().view(np.uint64 if dtype is np.float64 else np.uint32),
+                                  want.view(np.uint64 if dtype is np.float64 else np.uint32))

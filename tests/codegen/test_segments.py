@@ -18,10 +18,16 @@ from ember.codegen.lowerer import lower
 from ember.codegen.rangeify import rangeify
 from ember.codegen.segments import SEGMENT_LIMIT, cuts, split_segments
 from ember.helpers import Context
+from ember.renderer.sincos import numpy_sincos
 from ember.uop.ops import AxisKind, Ops, UOp
 
 RNG = np.random.default_rng(7)
-sin, exp = np.vectorize(math.sin), np.vectorize(math.exp)  # libm, as the kernels call it (numpy's own may differ)
+exp = np.vectorize(math.exp)  # libm, as the kernels call it (numpy's own may differ)
+
+
+def sin(x: np.ndarray) -> np.ndarray:
+    """float64 sin as the CPU kernels compute it (renderer/sincos.py, checked against mpmath in test_sincos.py)."""
+    return numpy_sincos(Ops.SIN, x)
 
 
 def kernel(t: Tensor) -> UOp:

@@ -36,8 +36,9 @@ def sample(n: int, seed: int = 0) -> np.ndarray:
     magnitudes from subnormal to huge, then HARD; a multiple of 64 in all."""
     rng = np.random.default_rng(seed)
     k = n // 5
+    magnitudes = np.exp(rng.uniform(-745, 709, k)) * rng.choice([-1, 1], k)
     x = np.concatenate([rng.uniform(-1, 1, k), rng.uniform(-10, 10, k), rng.uniform(-2e3, 2e3, k),
-                        rng.uniform(-BOUND, BOUND, k), np.exp(rng.uniform(-745, 709, k)) * rng.choice([-1, 1], k), HARD])
+                        rng.uniform(-BOUND, BOUND, k), magnitudes, HARD])
     return np.concatenate([x, x[:-len(x) % 64]])  # a multiple of every vector width
 
 
