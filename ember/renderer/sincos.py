@@ -149,57 +149,89 @@ _RESULT = {Ops.SIN: "select(tiny,x,v1)", Ops.COS: "select(negative,nv,v0)"}
 SELECT = re.compile(r"select\((\w+),(\w+),(\w+)\)")
 
 
+class _Dialect:
+    """How ember_sin/ember_cos of one type are written: statements of values and masks, the select."""
+
+    def __init__(self, lanes: int, cpp: bool) -> None:
+        self.vector, self.cpp = lanes > 1, cpp
+        self.t, self.bits = (f"f64x{lanes}", f"i64x{lanes}") if lanes > 1 else ("double", "int64_t")
+        self.mask, self.name = (self.bits, f"f64x{lanes}") if lanes > 1 else ("int", "f64")
+        self.head = "EMBER_KERNEL EMBER_INLINE" if cpp else "static inline __attribute__((always_inline))"
+        self.quadrant = f"({self.bits})k" if lanes > 1 else "bit_cast<int64_t>(k)" if cpp else "ember_bits_f64(k)"
+
+    def expr(self, e: str) -> str:
+        def select(m: re.Match) -> str:
+            c, a, b = m.groups()
+            return f"(({self.t})((({self.bits}){a}&{c})|(({self.bits}){b}&~{c})))" if self.vector else f"({c}?{a}:{b})"
+        return SELECT.sub(select, e)
+
+    def values(self, steps: list[tuple[str, str]], pad: str = "  ") -> list[str]:
+        return [f"{pad}const {self.t} {n} = {self.expr(e)};" for n, e in steps]
+
+    def masks(self, steps: list[tuple[str, str]], pad: str = "  ") -> list[str]:
+        return [f"{pad}const {self.mask} {n} = {self.expr(e)};" for n, e in steps]
+
+    def libm(self, fn: str) -> str: return f"{'::' if self.cpp else ''}{fn}"
+
+
 def c_helpers(lanes: int, cpp: bool, ops: frozenset[Ops] = frozenset(FUNCTIONS)) -> str:
     """ember_sin_T and ember_cos_T for T = double (lanes 1) or f64x<lanes> (whose type and i64x<lanes> mask the
     vector prelude declares), of the `ops` wanted (an unused function is a clang warning), in C (`cpp` False: the
-    CPU device's kernels) or C++ (the exported module), around ember_sincos_T, which both call (inlined: the
-    compiler computes it once for a sin and cos of one x). Each statement is one operation: no compiler contracts
-    two into an FMA (clang does within a statement)."""
-    vector = lanes > 1
-    t, bits = (f"f64x{lanes}", f"i64x{lanes}") if vector else ("double", "int64_t")
-    mask, name = (bits, f"f64x{lanes}") if vector else ("int", "f64")
-    head = "EMBER_KERNEL EMBER_INLINE" if cpp else "static inline __attribute__((always_inline))"
+    CPU device's kernels) or C++ (the exported module). Each statement is one operation: no compiler contracts two
+    into an FMA (clang does within a statement)."""
+    d = _Dialect(lanes, cpp)
+    out = [] if lanes > 1 or cpp else ["static inline int64_t ember_bits_f64(double x) { union { double d; int64_t i; "
+                                       "} u = { x }; return u.i; }"]
+    out += vector_functions(d, lanes, ops) if lanes > 1 else [line for op in FUNCTIONS if op in ops
+                                                               for line in scalar_function(d, op)]
+    return "\n".join(out) + "\n"
 
-    def select(m: re.Match) -> str:
-        c, a, b = m.groups()
-        return f"(({t})((({bits}){a}&{c})|(({bits}){b}&~{c})))" if vector else f"({c}?{a}:{b})"
 
-    def statements(steps: list[tuple[str, str, str]]) -> list[str]:
-        return [f"  const {t if kind == 'v' else mask} {n} = {SELECT.sub(select, e)};" for kind, n, e in steps]
-
-    quadrant = f"({bits})k" if vector else "bit_cast<int64_t>(k)" if cpp else "ember_bits_f64(k)"
-    out = [] if vector or cpp else ["static inline int64_t ember_bits_f64(double x) { union { double d; int64_t i; } "
-                                    "u = { x }; return u.i; }"]
-    values = lambda steps: statements([("v", n, e) for n, e in steps])  # noqa: E731
-    masks = lambda steps: statements([("m", n, e) for n, e in steps])  # noqa: E731
-    reduction = [*values(_REDUCTION), f"  const {t} hi = hr;", f"  const {t} lo = lr;",
-                 f"  const {bits} q = {quadrant};"]
-    out += [f"{head} void ember_sincos_{name}({t} x, {t}* sin_r, {t}* cos_r, {bits}* quadrant, {mask}* reduced) {{",
-            *reduction, *values(_SQUARE + _SINE + _COSINE + _NEGATED), *masks(_MASKS), *values(_ABSOLUTE),
-            *masks(_LIBM_LANES), "  *sin_r = s;", "  *cos_r = c;", "  *quadrant = q;", "  *reduced = inside&kept;",
-            "}"]
+def vector_functions(d: _Dialect, lanes: int, ops: frozenset[Ops]) -> list[str]:
+    """ember_sincos_f64x<lanes> computes both polynomials and selects (inlined into a kernel with a sin and a cos of
+    one x, the compiler computes it once); ember_sin/ember_cos pick from it, then libm for the lanes left (one test
+    of all lanes first: half the time of a test per lane)."""
+    t, bits, mask = d.t, d.bits, d.mask
+    out = [f"{d.head} void ember_sincos_{d.name}({t} x, {t}* sin_r, {t}* cos_r, {bits}* quadrant, {mask}* reduced) {{",
+           *d.values(_REDUCTION), f"  const {t} hi = hr;", f"  const {t} lo = lr;", f"  const {bits} q = {d.quadrant};",
+           *d.values(_SQUARE + _SINE + _COSINE + _NEGATED), *d.masks(_MASKS), *d.values(_ABSOLUTE),
+           *d.masks(_LIBM_LANES), "  *sin_r = s;", "  *cos_r = c;", "  *quadrant = q;", "  *reduced = inside&kept;",
+           "}"]
+    every = "&".join(f"r[{i}]" for i in range(lanes))
     for op, fn in FUNCTIONS.items():
         if op not in ops: continue
-        libm = f"{'::' if cpp else ''}{fn}"
-        if vector:  # one test of all lanes (half the time of a test per lane), then libm for the lanes left
-            every = "&".join(f"r[{i}]" for i in range(lanes))
-            rare = [f"  int64_t r[{lanes}];", "  __builtin_memcpy(r, &reduced, sizeof r);",
-                    f"  if (!({every}))", f"    for (int i = 0; i < {lanes}; i++) if (!r[i]) v[i] = {libm}(x[i]);"]
-            first = []
-        else:  # |x| < REDUCED: n = 0, hi = x, lo = 0, and only this function's polynomial: the same bits, without
-            # the reduction and the other polynomial (a rollout's chain of steps: 15 ns a sin and cos, libm 18)
-            rare = [f"  if (!reduced) v = {libm}(x);"]
-            own = _SQUARE + (_SINE if op is Ops.SIN else _COSINE)
-            tiny = [*values([("nx", "-x")]), *masks([("xneg", "x<0.0")]), *values([("ax", "select(xneg,nx,x)")]),
-                    *masks([("tiny", f"ax<{TINY.hex()}")]), f"  return {SELECT.sub(select, 'select(tiny,x,s)')};"]
-            first = [f"  if (x < {REDUCED} && x > -{REDUCED}) {{", "    const double hi = x;",
-                     "    const double lo = 0.0;",
-                     *("  " + line for line in values(own) + (tiny if op is Ops.SIN else ["  return c;"])), "  }"]
-        out += [f"{head} {t} ember_{fn}_{name}({t} x) {{", *first, f"  {t} s, c;", f"  {bits} q;",
-                f"  {mask} reduced;",
-                f"  ember_sincos_{name}(x, &s, &c, &q, &reduced);", *statements(_PICK[op]),
-                f"  {t} v = {SELECT.sub(select, _RESULT[op])};", *rare, "  return v;", "}"]
-    return "\n".join(out) + "\n"
+        out += [f"{d.head} {t} ember_{fn}_{d.name}({t} x) {{", f"  {t} s, c;", f"  {bits} q;", f"  {mask} reduced;",
+                f"  ember_sincos_{d.name}(x, &s, &c, &q, &reduced);",
+                *(line for kind, n, e in _PICK[op] for line in (d.values if kind == "v" else d.masks)([(n, e)])),
+                f"  {t} v = {d.expr(_RESULT[op])};", f"  int64_t r[{lanes}];",
+                "  __builtin_memcpy(r, &reduced, sizeof r);", f"  if (!({every}))",
+                f"    for (int i = 0; i < {lanes}; i++) if (!r[i]) v[i] = {d.libm(fn)}(x[i]);", "  return v;", "}"]
+    return out
+
+
+def scalar_function(d: _Dialect, op: Ops) -> list[str]:
+    """ember_sin_f64 or ember_cos_f64 on a double, with branches where the vector form selects: |x| < REDUCED (n = 0,
+    hi = x, lo = 0) skips the reduction, and the quadrant's parity picks the one polynomial the result is made of.
+    The same bits, without the reduction's latency in a chain of scalar steps (a rollout: 14.6 ns a sin and cos,
+    libm's 19.5, 23 without the branches) or a polynomial thrown away."""
+    fn = FUNCTIONS[op]
+    own, other, sign = (_SINE, _COSINE, "(q&2)!=0") if op is Ops.SIN else (_COSINE, _SINE, "((q+1)&2)!=0")
+    tiny = [*d.values([("nx", "-x")]), *d.masks([("xneg", "x<0.0")]), *d.values([("ax", "select(xneg,nx,x)")]),
+            *d.masks([("tiny", f"ax<{TINY.hex()}")])] if op is Ops.SIN else []
+    near = ["  return (tiny?x:s);"] if op is Ops.SIN else ["  return c;"]
+    quadrant_of = ("c", "s") if op is Ops.SIN else ("s", "c")  # v0 for an odd and an even quadrant
+    absolute = [*d.values([("nx", "-x")]), *d.masks(_MASKS), *d.values(_ABSOLUTE)]
+    absolute += d.masks([("tiny", f"ax<{TINY.hex()}")]) if op is Ops.SIN else []
+    return [f"{d.head} double ember_{fn}_f64(double x) {{", f"  if (x < {REDUCED} && x > -{REDUCED}) {{",
+            "    const double hi = x;", "    const double lo = 0.0;",
+            *("  " + line for line in d.values(_SQUARE + own) + tiny + near), "  }",
+            *d.values(_REDUCTION), "  const double hi = hr;", "  const double lo = lr;",
+            f"  const int64_t q = {d.quadrant};", *d.values(_SQUARE), "  double v0;", "  if ((q&1)!=0) {",
+            *d.values(other, "    "), f"    v0 = {quadrant_of[0]};", "  } else {", *d.values(own, "    "),
+            f"    v0 = {quadrant_of[1]};", "  }", *d.values([("nv", "-v0")]), *d.masks([("negative", sign)]),
+            *d.values([("v1", "select(negative,nv,v0)"), ("nh", "-hi")]), *absolute, *d.masks(_LIBM_LANES),
+            f"  double v = {d.expr('select(tiny,x,v1)' if op is Ops.SIN else 'v1')};",
+            f"  if (!(inside&kept)) v = {d.libm(fn)}(x);", "  return v;", "}"]
 
 
 def used(uops: list[UOp]) -> dict[int, frozenset[Ops]]:
