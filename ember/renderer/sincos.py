@@ -16,8 +16,9 @@ The algorithm, for |x| <= 2**20 (other lanes, NaN and inf included, call libm):
 A lane whose hi is below 2**-30 with n != 0 (x within 2**-30 of a multiple of pi/2, where the 119 bits of pi/2
 leave too few of r) calls libm too, as does one with |x| > 2**20: those lanes get libm's bits.
 
-On a double (lanes 1) the reduction sits behind a branch for |x| < 0.75, where n = 0 and r = x: the same bits,
-without the reduction's latency in a chain of scalar steps (a rollout).
+On a double (lanes 1) branches replace the vector form's selects: |x| < 0.75 (n = 0, r = x) skips the reduction,
+and the quadrant's parity picks the one polynomial the result is made of: the same bits, without the reduction's
+latency in a chain of scalar steps (a rollout) or a polynomial thrown away.
 
 Accuracy: within 0.77 ulp of the true value (libm's: 0.51), checked against mpmath at 10^5 points of every
 scale, multiples of pi/4 and their neighbours (tests/codegen/test_sincos.py); about 2-3% of results differ from
