@@ -38,6 +38,7 @@ import re
 import numpy as np
 
 from ember.dtype import DType, dtypes
+from ember.renderer.cvector import select as vector_select
 from ember.uop.ops import Ops, UOp
 
 SIN_POLY = (-0.1666666666666663, 0.008333333333321952, -0.0001984126982949369, 2.7557313595130822e-06,
@@ -154,7 +155,7 @@ class _Dialect:
     """How ember_sin/ember_cos of one type are written: statements of values and masks, the select."""
 
     def __init__(self, lanes: int, cpp: bool) -> None:
-        self.vector, self.cpp = lanes > 1, cpp
+        self.lanes, self.vector, self.cpp = lanes, lanes > 1, cpp
         self.t, self.bits = (f"f64x{lanes}", f"i64x{lanes}") if lanes > 1 else ("double", "int64_t")
         self.mask, self.name = (self.bits, f"f64x{lanes}") if lanes > 1 else ("int", "f64")
         self.head = "EMBER_KERNEL EMBER_INLINE" if cpp else "static inline __attribute__((always_inline))"
@@ -163,7 +164,7 @@ class _Dialect:
     def expr(self, e: str) -> str:
         def select(m: re.Match) -> str:
             c, a, b = m.groups()
-            return f"(({self.t})((({self.bits}){a}&{c})|(({self.bits}){b}&~{c})))" if self.vector else f"({c}?{a}:{b})"
+            return vector_select(c, a, b, dtypes.float64.vec(self.lanes)) if self.vector else f"({c}?{a}:{b})"
         return SELECT.sub(select, e)
 
     def values(self, steps: list[tuple[str, str]], pad: str = "  ") -> list[str]:
