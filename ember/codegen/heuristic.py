@@ -13,7 +13,9 @@ In: a rangeified kernel and the renderer (its vector width and cores). Out: a li
   in vectors.
 - Vectors for arithmetic: where no axis has such accesses but one carries many float operations per access (a
   vmap over points stored one after another, hundreds of operations a point), that output axis is UPCAST all the
-  same: its loads, stores and libm calls go lane by lane, its arithmetic in vectors (compute_bound).
+  same: its loads, stores and libm calls go lane by lane, its arithmetic in vectors (compute_bound). Such an axis
+  takes full vectors whatever its length if the padding idles at most PAD_SLACK of the lanes (a swing-up's 50
+  intervals: 7 vectors of 8, the last one's 6 lanes past the end gated off; opt.upcast_padded).
 - A renderer that must not regroup sums (`reassociates`: ember.export, the interpreter's bits) gets no reduce axis
   in vector lanes: each lane is one output, its sum in loop order. One whose compiler vectorizes loops itself
   (`vectorizes_loops`: the exported C++) gets vectors only for arithmetic around libm calls, which it does not.
@@ -54,7 +56,8 @@ WINDOW = 16  # a reduction over at most this many elements per output (a pool's 
 # elementwise kernel: along the axis its stores walk, however its loads are gathered
 THREAD_WORK = 1 << 16  # iterations of the innermost body (lanes counted) below which a kernel stays on one core
 PAD_SLACK = 4 / 3  # an output axis no four lanes divide (a 14-wide row) gets full vectors if this few lanes idle
-PAD_VECTORS = 4  # and if it is at most this many vectors long: upcast whole, in one step
+PAD_VECTORS = 4  # and if it is at most this many vectors long: upcast whole, in one step (one taken for its
+# arithmetic alone pads at any length, a vector a step: compute_bound)
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -199,11 +202,17 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         widths = (lanes, lanes // 2) if lanes >= 16 else (lanes,)
         return next((w for w in widths if padded(size, w) <= PAD_SLACK * size and size <= PAD_VECTORS * w), whole)
 
-    vector = None
+    def spread(a: UOp) -> int:  # lanes for an axis taken for its arithmetic alone (compute_bound): a full vector
+        # over any length whose padding idles few lanes (a 50-interval loop in 7 vectors of 8, the last one gated)
+        size = range_size(a)
+        return lanes if lanes >= 2 and padded(size, lanes) <= PAD_SLACK * size else fit(a)
+
+    vector = arithmetic = None  # arithmetic: the axis compute_bound took
     wide = [a for a in outputs if fit(a) >= min(4, lanes)]  # the output axes a vector of 4 lanes or more fits
+    spread_wide = [a for a in outputs if spread(a) >= min(4, lanes)]
     if lanes >= 2 and renderer.vectorizes_loops:  # the compiler vectorizes what the scores would pick (and better:
         # a Rosenbrock hessian's column loop, stored with stride 3, 0.111 -> 0.184 us in ember's lanes), not libm calls
-        vector = compute_bound(nodes, wide, offsets, fit, calls_only=True)
+        vector = arithmetic = compute_bound(nodes, spread_wide, offsets, spread, calls_only=True)
     elif lanes >= 2:
         # a stride-one access is one vector load per `lanes` elements; another that moves with the axis is a gather,
         # `lanes` scalar loads (one that does not move is a broadcast: free)
@@ -223,8 +232,8 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
             # is a constant from one base, the loads cost what scalar code's do, and the arithmetic and the stores
             # go in vectors (the pool's 32 x 32 x 32 x 32 gradient 2.8 -> 0.2 ms)
             vector = along[-1]
-        else: vector = compute_bound(nodes, wide, offsets, fit)
-    if vector is not None: lanes = fit(vector)
+        else: vector = arithmetic = compute_bound(nodes, spread_wide, offsets, spread)
+    if vector is not None: lanes = spread(vector) if vector is arithmetic else fit(vector)
     registers = renderer.vector_registers
     streamed = [o for o in offsets if vector is not None and stride_one(o, vector, lanes)]
     if vector is not None and vector.arg.kind is AxisKind.REDUCE and (pair := dot_tile(outputs + batch, streamed)):
@@ -271,7 +280,8 @@ def hand_coded_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
             opts.append(Opt(OptOps.SWAP, q, p))
             sink = apply_opt(sink, opts[-1], renderer=renderer)
     elif vector is not None:
-        add(OptOps.UPCAST, vector, lanes if range_size(vector) % lanes == 0 else padded(range_size(vector), lanes))
+        size = range_size(vector)  # (a short axis lanes do not divide in one step: PAD_VECTORS vectors at most)
+        add(OptOps.UPCAST, vector, lanes if size % lanes == 0 or size > PAD_VECTORS * lanes else padded(size, lanes))
     if vector is None or vector.arg.kind is not AxisKind.REDUCE:
         # a short reduce axis that a gate reads beside the vector axis (a convolution's kx over a padding it does
         # not store) is unrolled: each copy's gate then settles lane by lane, true inside the row, false on the

@@ -92,6 +92,24 @@ def test_a_vmapped_step_jacobian_computes_its_points_in_vector_lanes(cxx, vector
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.skipif(not CXX, reason="no C++ compiler")
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize("infinite", [False, True], ids=["finite", "an_infinite_state"])
+def test_points_no_vector_divides_take_full_vectors_the_last_one_gated(vector_bytes, infinite, tmp_path):
+    """50 points (a swing-up's intervals), which no 4 or 8 lanes divide: the points still go in full vectors, 13 of
+    4 or 7 of 8, the lanes past the 50th gated off (no load, no store, no NaN test): the interpreter's bits."""
+    n = 50
+    f = ember.ad.vmap(ember.ad.jacobian(NumericalFunction("step", step, [Arg(STATES + 1)])), axis_size=n)
+    z = points(infinite)[:n]
+    got, source = run_module(f, z, CXX[0], vector_bytes, tmp_path)
+    lanes = vector_bytes // 8
+    assert f"const f64x{lanes} " in source and f"r0 < {-(-n // lanes)}; r0++" in source
+    np.testing.assert_array_equal(got, f.interpret(z))
+    if not infinite:
+        want = torch.vmap(torch.func.jacrev(step_torch))(torch.from_numpy(z)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
 def test_the_python_call_of_a_vmap_gives_the_interpreters_bits():
     """The NumericalFunction's own native build takes this CPU's vectors: the same bits as the interpreter's."""
     f = ember.ad.vmap(ember.ad.jacobian(NumericalFunction("step", step, [Arg(STATES + 1)])), axis_size=POINTS)
